@@ -1,0 +1,31 @@
+"""`simdist bench <what>`: speed as a ratio to a baseline measured in the same run; `--json` prints one object."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+from typing import Any
+
+# what -> module with `bench(args) -> dict` and `summary(result) -> str`
+TARGETS: dict[str, str] = {
+    "sim": "simdist.sim.bench",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from simdist.cli import add_task_arguments
+
+    parser.add_argument("what", choices=sorted(TARGETS), help="what to measure")
+    add_task_arguments(parser)
+    parser.add_argument("--config", default=None, help="planner config (bench planner)")
+    parser.add_argument("--num-envs", type=int, default=None, help="vector env size")
+    parser.add_argument("--seconds", type=float, default=None, help="measurement time per variant")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    module = importlib.import_module(TARGETS[args.what])
+    result: dict[str, Any] = module.bench(args)
+    print(json.dumps(result) if args.json else module.summary(result))
+    return 0

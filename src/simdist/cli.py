@@ -1,0 +1,63 @@
+"""`simdist <verb>`: the command line of the core. Each verb lives in the module that owns the concept."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from simdist.errors import SimdistError
+
+# verb -> (module, one-line help). A module provides `add_arguments(parser)` and `run(args) -> int`.
+VERBS: dict[str, tuple[str, str]] = {
+    "render": ("simdist.sim.render", "write a video or image strip of a rollout"),
+    "bench": ("simdist.bench", "measure speed as ratios to a baseline measured in the same run"),
+}
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Argument errors are one line on stderr and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="simdist", description="SimDist: simulation-pretrained world models, adapted on the robot.")
+    sub = parser.add_subparsers(dest="verb", metavar="<verb>", parser_class=OneLineParser)
+    sub.required = True
+    for verb, (module_name, help_text) in VERBS.items():
+        module = importlib.import_module(module_name)
+        verb_parser = sub.add_parser(verb, help=help_text, description=help_text)
+        module.add_arguments(verb_parser)
+        verb_parser.set_defaults(_run=module.run)
+    return parser
+
+
+def add_task_arguments(parser: argparse.ArgumentParser, *, profile: bool = True) -> None:
+    """The arguments every task-level verb shares: --task, --profile, --set."""
+    parser.add_argument("--task", required=True, help="task name (config/tasks/<task>.yaml)")
+    if profile:
+        parser.add_argument("--profile", default="sim", help="dynamics profile (sim, or a real-world emulation)")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override any YAML value"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except SimdistError as exc:
+        sys.stderr.write(f"simdist: error: {exc}\n")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("simdist: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

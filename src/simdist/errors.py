@@ -1,0 +1,25 @@
+"""Exception classes raised at the project's boundaries; the CLI turns each into one clear line."""
+
+
+class SimdistError(Exception):
+    """Base class of every error the CLI reports as a single line."""
+
+    exit_code = 1
+
+
+class ConfigError(SimdistError):
+    """A bad task, profile, preset, key, value or type in a configuration or `--set` override."""
+
+    exit_code = 2
+
+
+class CheckpointError(SimdistError):
+    """A world-model or expert checkpoint that is missing, corrupt, truncated or does not match."""
+
+
+class DatasetError(SimdistError):
+    """A dataset shard or manifest that is missing, corrupt or inconsistent."""
+
+
+class BagError(SimdistError):
+    """A rosbag2 recording that is missing a topic, has a wrong type, or is truncated or empty."""
