@@ -1,0 +1,158 @@
+"""Typed task configuration: config/tasks/<task>.yaml, dynamics profiles and `--set` overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from simdist.config import apply_overrides, available, build, load_named
+from simdist.errors import ConfigError
+
+# The dynamics parameters a profile may fix and the randomisation may draw. One place names them all.
+DYNAMICS_PARAMS: dict[str, str] = {
+    "friction": "sliding friction of the contact that matters (foot-ground, peg-hole)",
+    "base_mass_add": "kg added to the base (Go2 trunk) or the peg",
+    "kp_scale": "scale of the servo stiffness",
+    "kd_scale": "scale of the servo damping",
+    "joint_friction": "N m of dry joint friction (frictionloss)",
+    "joint_damping": "N m s/rad of joint damping",
+    "latency_steps": "control steps of action delay (integer)",
+    "servo_lag": "time constant (s) of a first-order lag on the joint targets",
+    "ground_timeconst": "contact time constant (s) of the ground: larger is softer",
+    "ground_dampratio": "contact damping ratio of the ground: >1 absorbs energy",
+    "sensor_noise_scale": "scale of the configured sensor noise",
+    "slope_deg": "ramp angle in degrees (go2_slope)",
+}
+
+
+@dataclass(frozen=True)
+class CommandConfig:
+    """Commands given to the robot: Go2 forward speed (m/s), or the peg's hole-pose estimate noise."""
+
+    eval_speeds: list[float] = field(default_factory=list)
+    speed_range: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    lateral_range: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    yaw_rate_range: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    stand_probability: float = 0.0
+    pose_noise_m: float = 0.0
+    yaw_noise_rad: float = 0.0
+
+
+@dataclass(frozen=True)
+class TerrainConfig:
+    """Go2 ground (the ramp angle is the dynamics parameter slope_deg); finish marker distance along the ramp."""
+
+    finish_m: float = 0.0
+    size_m: float = 20.0
+
+
+@dataclass(frozen=True)
+class PegConfig:
+    """UR5e peg-in-hole geometry (metres) and the range of hole positions."""
+
+    peg_half_side: float = 0.015
+    peg_half_length: float = 0.04
+    clearance: float = 0.001
+    hole_depth: float = 0.04
+    success_depth: float = 0.025
+    hole_center: list[float] = field(default_factory=lambda: [0.49, 0.13, 0.04])
+    range_name: str = "narrow"
+    ranges: dict[str, float] = field(default_factory=lambda: {"narrow": 0.02, "wide": 0.05})
+    hole_yaw_range: float = 0.0
+    start_height: float = 0.08
+    start_xy_noise: float = 0.01
+    action_scale_m: float = 0.01
+    action_scale_rad: float = 0.05
+    ik_damping: float = 0.05
+    max_force: float = 60.0
+
+
+@dataclass(frozen=True)
+class CameraConfig:
+    """Optional RGB camera observation (offscreen, MUJOCO_GL=egl)."""
+
+    enabled: bool = False
+    name: str = "front"
+    width: int = 64
+    height: int = 64
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """One task: robot, rates, episode, observation noise, reward weights, randomisation and profiles."""
+
+    task: str
+    robot: str
+    description: str
+    physics_dt: float
+    control_hz: float
+    episode_seconds: float
+    action_clip: float
+    action_scale: float
+    command: CommandConfig
+    observation_noise: dict[str, float]
+    reward: dict[str, float]
+    nominal: dict[str, float]
+    randomisation: dict[str, list[float]]
+    profiles: dict[str, dict[str, float]]
+    terrain: TerrainConfig = field(default_factory=TerrainConfig)
+    peg: PegConfig = field(default_factory=PegConfig)
+    camera: CameraConfig = field(default_factory=CameraConfig)
+    termination: dict[str, float] = field(default_factory=dict)
+    robot_source: str = "project"
+
+    @property
+    def substeps(self) -> int:
+        return max(1, round(1.0 / (self.control_hz * self.physics_dt)))
+
+    @property
+    def episode_steps(self) -> int:
+        return round(self.episode_seconds * self.control_hz)
+
+    def profile(self, name: str) -> dict[str, float]:
+        """Nominal dynamics with the named profile's values on top."""
+        if name not in self.profiles:
+            raise ConfigError(f"unknown profile '{name}' for task {self.task} (valid: {', '.join(sorted(self.profiles))})")
+        return {**self.nominal, **self.profiles[name]}
+
+
+def _check_params(task: str, where: str, names: Any) -> None:
+    for name in names:
+        if name not in DYNAMICS_PARAMS:
+            raise ConfigError(
+                f"unknown dynamics parameter '{where}.{name}' in task {task} (valid: {', '.join(DYNAMICS_PARAMS)})"
+            )
+
+
+def load_task(task: str, overrides: Mapping[str, Any] | None = None) -> TaskConfig:
+    """Load config/tasks/<task>.yaml with `--set` overrides into a validated TaskConfig."""
+    if task not in available("tasks"):
+        raise ConfigError(f"unknown task '{task}' (valid: {', '.join(available('tasks'))})")
+    raw = load_named("tasks", task)
+    overrides = dict(overrides or {})
+    # `robot.source=menagerie` is the documented switch; it maps onto the flat key.
+    if "robot.source" in overrides:
+        overrides["robot_source"] = overrides.pop("robot.source")
+    raw.setdefault("robot_source", "project")
+    data = apply_overrides(raw, overrides, open_keys=["profiles", "profiles.*", "nominal", "randomisation"])
+    cfg = build(TaskConfig, data)
+    _check_params(task, "nominal", cfg.nominal)
+    _check_params(task, "randomisation", cfg.randomisation)
+    for name, values in cfg.profiles.items():
+        _check_params(task, f"profiles.{name}", values)
+    for name, bounds in cfg.randomisation.items():
+        if len(bounds) != 2 or bounds[0] > bounds[1]:
+            raise ConfigError(f"randomisation.{name} must be [low, high] with low <= high, got {bounds}")
+    if cfg.robot_source not in ("project", "menagerie"):
+        raise ConfigError(f"robot.source must be 'project' or 'menagerie', got '{cfg.robot_source}'")
+    if cfg.peg.range_name not in cfg.peg.ranges:
+        raise ConfigError(f"peg.range_name '{cfg.peg.range_name}' unknown (valid: {', '.join(cfg.peg.ranges)})")
+    if cfg.robot not in ("go2", "ur5e"):
+        raise ConfigError(f"robot must be go2 or ur5e, got '{cfg.robot}'")
+    return cfg
+
+
+def as_dict(cfg: TaskConfig) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)

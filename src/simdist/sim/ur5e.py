@@ -1,0 +1,248 @@
+"""UR5e peg insertion (ur5e_peg): a square peg on the flange into a square hole on the table.
+
+Proprio (31, what the real UR5e and its F/T sensor measure): joint positions (6), joint velocities (6), peg tip
+position (3, from the tool pose), flange quaternion (4, w >= 0), tool linear and angular velocity (6), flange
+wrench (6, N and N m). Command (4): the hole's estimated top-centre position (3) and yaw (1), the true pose plus a
+per-episode bias as a camera-based estimate would give. Action (4): relative tool deltas (x, y, z, yaw) per 10 Hz
+step, scaled by peg.action_scale_m / action_scale_rad, turned into joint targets by damped least-squares IK at every
+physics step (the real arm's 500 Hz servo rate).
+"""
+
+from __future__ import annotations
+
+import math
+
+import mujoco
+import numpy as np
+
+from simdist.paths import assets_dir
+from simdist.sim.vec_env import Obs, SimVecEnv
+
+HOME = np.array([-1.5708, -1.5708, 1.5708, -1.5708, -1.5708, 0.0])
+PRIVILEGED_PARAMS = (
+    "friction",
+    "base_mass_add",
+    "kp_scale",
+    "kd_scale",
+    "joint_friction",
+    "joint_damping",
+    "latency_steps",
+    "servo_lag",
+)
+MAX_JOINT_STEP = 0.004  # rad per physics step (2 rad/s): the IK's speed limit
+
+
+class PegEnv(SimVecEnv):
+    proprio_dim = 31
+    command_dim = 4
+    action_dim = 4
+    privileged_dim = 31 + 4 + 3 + 1 + len(PRIVILEGED_PARAMS) + 4
+
+    def build_model(self) -> mujoco.MjModel:
+        pc = self.cfg.peg
+        spec = mujoco.MjSpec.from_file(str(assets_dir() / "ur5e.xml"))
+        spec.option.timestep = self.cfg.physics_dt
+        for body in spec.bodies:
+            if body.name not in ("world", "base"):
+                body.gravcomp = 1.0  # the UR controller compensates gravity; servos only track
+        world = spec.worldbody
+        world.add_geom(name="table", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[1.0, 1.0, 0.05], rgba=[0.55, 0.5, 0.45, 1])
+        world.add_light(name="sun", pos=[0.5, 0, 2], dir=[0, 0, -1], type=mujoco.mjtLightType.mjLIGHT_DIRECTIONAL, castshadow=0)
+        world.add_camera(name="front", pos=[1.3, 0.13, 0.45], xyaxes=[0, 1, 0, -0.45, 0, 1])
+        # The peg: a rigid square bar on the flange; the F/T sensor measures what the peg exerts on the flange.
+        flange = spec.site("flange")
+        wrist = spec.body("wrist_3_link")
+        peg = wrist.add_body(name="peg", pos=flange.pos, quat=flange.quat)
+        peg.add_geom(name="peg", type=mujoco.mjtGeom.mjGEOM_BOX, size=[pc.peg_half_side, pc.peg_half_side, pc.peg_half_length],
+                     pos=[0, 0, pc.peg_half_length], mass=0.1, rgba=[0.85, 0.55, 0.1, 1], priority=2, condim=3,
+                     contype=1, conaffinity=1, friction=[0.3, 0.005, 0.0001])
+        peg.add_site(name="ft", size=[0.004])
+        peg.add_site(name="peg_tip", pos=[0, 0, 2 * pc.peg_half_length], size=[0.004])
+        # The hole block: four walls around a square opening, on a mocap body so its pose can change per episode.
+        hole = world.add_body(name="hole", mocap=True, pos=pc.hole_center)
+        a = pc.peg_half_side + pc.clearance / 2  # half width of the opening
+        wall, depth = 0.03, pc.hole_depth
+        for k, (x, y, sx, sy) in enumerate(
+            [(a + wall / 2, 0, wall / 2, a + wall), (-a - wall / 2, 0, wall / 2, a + wall),
+             (0, a + wall / 2, a, wall / 2), (0, -a - wall / 2, a, wall / 2)]
+        ):
+            hole.add_geom(name=f"wall{k}", type=mujoco.mjtGeom.mjGEOM_BOX, size=[sx, sy, depth / 2], pos=[x, y, -depth / 2],
+                          rgba=[0.2, 0.35, 0.6, 1], contype=1, conaffinity=1)
+        spec.add_sensor(name="ft_force", type=mujoco.mjtSensor.mjSENS_FORCE, objtype=mujoco.mjtObj.mjOBJ_SITE, objname="ft")
+        spec.add_sensor(name="ft_torque", type=mujoco.mjtSensor.mjSENS_TORQUE, objtype=mujoco.mjtObj.mjOBJ_SITE, objname="ft")
+        spec.add_sensor(name="tool_linvel", type=mujoco.mjtSensor.mjSENS_FRAMELINVEL, objtype=mujoco.mjtObj.mjOBJ_SITE, objname="flange")
+        spec.add_sensor(name="tool_angvel", type=mujoco.mjtSensor.mjSENS_FRAMEANGVEL, objtype=mujoco.mjtObj.mjOBJ_SITE, objname="flange")
+        model = spec.compile()
+        self._peg_geom = model.geom("peg").id
+        self._peg_body = model.body("peg").id
+        self._peg_mass = float(model.body_mass[self._peg_body])
+        self._tip = model.site("peg_tip").id
+        self._flange = model.site("flange").id
+        self._gain = model.actuator_gainprm[:, 0].copy()
+        self._kv = -model.actuator_biasprm[:, 2].copy()
+        self._ctrl_low = model.actuator_ctrlrange[:, 0].copy()
+        self._ctrl_high = model.actuator_ctrlrange[:, 1].copy()
+        n = self.num_envs
+        self.hole_pose = np.zeros((n, 4))  # true x, y, z_top, yaw
+        self.command = np.zeros((n, 4))
+        self.target_pos = np.zeros((n, 3))  # peg tip target (world)
+        self.target_yaw = np.zeros(n)
+        self.joint_target = np.zeros((n, 6))
+        self.success = np.zeros(n, dtype=bool)
+        self._jac = np.zeros((n, 6, model.nv))
+        return model
+
+    def apply_params(self, i: int) -> None:
+        m, p = self.models[i], {k: v[i] for k, v in self.params.items()}
+        m.geom_friction[self._peg_geom, 0] = p["friction"]
+        m.body_mass[self._peg_body] = self._peg_mass + p["base_mass_add"]
+        m.actuator_gainprm[:, 0] = self._gain * p["kp_scale"]
+        m.actuator_biasprm[:, 1] = -self._gain * p["kp_scale"]
+        m.actuator_biasprm[:, 2] = -self._kv * p["kd_scale"]
+        m.dof_frictionloss[:] = p["joint_friction"]
+        m.dof_damping[:] = p["joint_damping"]
+
+    def _ik_steps(self, members: np.ndarray, max_step: float = MAX_JOINT_STEP) -> np.ndarray:
+        """One damped least-squares step for the given members, from their current joints towards the tool target.
+
+        Batched: the Jacobians come from MuJoCo per member, the 6x6 solves run in one numpy call.
+        """
+        k = len(members)
+        jac, tip, rot = self._jac[:k], np.empty((k, 3)), np.empty((k, 3, 3))
+        for j, i in enumerate(members):
+            m, d = self.models[i], self.datas[i]
+            mujoco.mj_jacSite(m, d, jac[j, :3], jac[j, 3:], self._tip)
+            tip[j] = d.site_xpos[self._tip]
+            rot[j] = d.site_xmat[self._flange].reshape(3, 3)
+        c, s_ = np.cos(self.target_yaw[members]), np.sin(self.target_yaw[members])
+        target_rot = np.zeros((k, 3, 3))
+        target_rot[:, 0, 0], target_rot[:, 0, 1], target_rot[:, 1, 0], target_rot[:, 1, 1] = c, s_, s_, -c
+        target_rot[:, 2, 2] = -1.0  # yaw rotation times DOWN (tool pointing down)
+        r_err = target_rot @ rot.transpose(0, 2, 1)
+        # Rotation vector of R_err via its skew part: exact direction, sin(angle) magnitude (fine for servoing).
+        rot_err = 0.5 * np.stack([r_err[:, 2, 1] - r_err[:, 1, 2], r_err[:, 0, 2] - r_err[:, 2, 0], r_err[:, 1, 0] - r_err[:, 0, 1]], axis=1)
+        err = np.concatenate([self.target_pos[members] - tip, rot_err], axis=1)
+        lam = self.cfg.peg.ik_damping
+        jjt = jac @ jac.transpose(0, 2, 1) + lam * lam * np.eye(6)
+        dq = (jac.transpose(0, 2, 1) @ np.linalg.solve(jjt, err[..., None]))[..., 0]
+        return np.clip(dq, -max_step, max_step)
+
+    def reset_member(self, i: int, rng: np.random.Generator) -> None:
+        pc, m, d = self.cfg.peg, self.models[i], self.datas[i]
+        r = pc.ranges[pc.range_name]
+        x, y, z = pc.hole_center
+        yaw = rng.uniform(-pc.hole_yaw_range, pc.hole_yaw_range)
+        self.hole_pose[i] = [x + rng.uniform(-r, r), y + rng.uniform(-r, r), z, yaw]
+        d.mocap_pos[0] = self.hole_pose[i, :3]
+        d.mocap_quat[0] = [math.cos(yaw / 2), 0, 0, math.sin(yaw / 2)]
+        c = self.cfg.command
+        bias = np.concatenate([rng.normal(0, c.pose_noise_m, 2), [0.0], rng.normal(0, c.yaw_noise_rad, 1)])
+        self.command[i] = self.hole_pose[i] + bias
+        start = self.hole_pose[i, :3] + np.array([*rng.uniform(-pc.start_xy_noise, pc.start_xy_noise, 2), pc.start_height])
+        self.target_pos[i], self.target_yaw[i] = start, yaw + rng.uniform(-0.05, 0.05)
+        d.qpos[:6] = HOME
+        for _ in range(100):  # solve the start configuration by IK (kinematics only)
+            mujoco.mj_kinematics(m, d)
+            mujoco.mj_comPos(m, d)
+            d.qpos[:6] += self._ik_steps(np.array([i]), max_step=0.2)[0]
+        d.qvel[:] = 0.0
+        d.ctrl[:] = d.qpos[:6]
+        self.joint_target[i] = d.qpos[:6]
+        self.success[i] = False
+
+    def set_targets(self, actions: np.ndarray) -> None:
+        pc = self.cfg.peg
+        self.target_pos += actions[:, :3] * pc.action_scale_m
+        self.target_yaw += actions[:, 3] * pc.action_scale_rad
+        # Keep the target in a box around the hole estimate and above the table: a workspace limit.
+        low = self.command[:, :3] - np.array([0.12, 0.12, pc.hole_depth + 0.01])
+        high = self.command[:, :3] + np.array([0.12, 0.12, 0.25])
+        np.clip(self.target_pos, low, high, out=self.target_pos)
+
+    def simulate(self) -> None:
+        lag = self.params["servo_lag"]
+        dt = self.cfg.physics_dt
+        alpha = (dt / (lag + dt))[:, None]  # first-order servo lag on the joint targets
+        members = np.arange(self.num_envs)
+        ctrl = self.gather("ctrl")
+        for _ in range(self.cfg.substeps):
+            qpos = self.gather("qpos")[:, :6]
+            self.joint_target[:] = np.clip(qpos + self._ik_steps(members), self._ctrl_low, self._ctrl_high)
+            ctrl += alpha * (self.joint_target - ctrl)
+            for i, (m, d) in enumerate(zip(self.models, self.datas, strict=True)):
+                d.ctrl[:] = ctrl[i]
+                mujoco.mj_step(m, d)
+
+    def _state(self) -> dict[str, np.ndarray]:
+        sd = self.gather("sensordata")
+        quat = np.zeros((self.num_envs, 4))
+        tip = np.zeros((self.num_envs, 3))
+        for i, d in enumerate(self.datas):
+            mujoco.mju_mat2Quat(quat[i], d.site_xmat[self._flange])
+            tip[i] = d.site_xpos[self._tip]
+        quat *= np.where(quat[:, :1] < 0, -1.0, 1.0)
+        return {
+            "joint_pos": self.gather("qpos")[:, :6],
+            "joint_vel": self.gather("qvel")[:, :6],
+            "tool_pos": tip,
+            "tool_quat": quat,
+            "tool_vel": sd[:, 6:12],
+            "wrench": sd[:, 0:6],
+        }
+
+    def observe(self) -> Obs:
+        s = self._state()
+        self._last_state = s
+        parts = ("joint_pos", "joint_vel", "tool_pos", "tool_quat", "tool_vel", "wrench")
+        clean = np.concatenate([s[k] for k in parts], axis=1)
+        noisy = np.concatenate(
+            [s[k] + self.noise(s[k].shape, self.cfg.observation_noise.get(k, 0.0)) for k in parts], axis=1
+        )
+        rel = s["tool_pos"] - self.hole_pose[:, :3]
+        depth = np.clip(-rel[:, 2], 0.0, None)[:, None]
+        params = np.stack([self.params[k] for k in PRIVILEGED_PARAMS], axis=1)
+        privileged = np.concatenate([clean, self.hole_pose, rel, depth, params, self.command], axis=1)
+        return {
+            "proprio": noisy.astype(np.float32),
+            "command": self.command.astype(np.float32),
+            "privileged": privileged.astype(np.float32),
+        }
+
+    def _geometry(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        rel = self._last_state["tool_pos"] - self.hole_pose[:, :3]
+        dist_xy = np.linalg.norm(rel[:, :2], axis=1)
+        depth = -rel[:, 2]
+        return rel, dist_xy, depth
+
+    def reward(self, actions: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        pc, w = self.cfg.peg, self.cfg.reward
+        rel, dist_xy, depth = self._geometry()
+        inside = dist_xy < pc.clearance + 0.002
+        self.success |= inside & (depth >= pc.success_depth)
+        yaw_now = self.tool_yaw()
+        # a square peg fits every quarter turn: wrap the error to [-pi/4, pi/4)
+        yaw_err = np.abs((yaw_now - self.hole_pose[:, 3] + math.pi / 4) % (math.pi / 2) - math.pi / 4)
+        force = np.linalg.norm(self._last_state["wrench"][:, :3], axis=1)
+        terms = {
+            "align_xy": dist_xy,
+            "height": np.clip(rel[:, 2] + pc.success_depth, 0.0, None),
+            "depth": np.where(inside, np.clip(depth, 0.0, pc.hole_depth), 0.0),
+            "yaw": yaw_err,
+            "force": np.clip(force - 20.0, 0.0, None),
+            "action": np.square(actions).sum(axis=1),
+            "success": self.success.astype(float),
+        }
+        total = sum(w.get(k, 0.0) * v for k, v in terms.items())
+        return np.asarray(total), terms
+
+    def terminated(self) -> np.ndarray:
+        force = np.linalg.norm(self._last_state["wrench"][:, :3], axis=1)
+        return force > self.cfg.termination.get("max_force_n", 200.0)
+
+    def metrics(self) -> dict[str, np.ndarray]:
+        _, dist_xy, depth = self._geometry()
+        return {"success": self.success.copy(), "depth_m": depth, "dist_xy_m": dist_xy}
+
+    def tool_yaw(self) -> np.ndarray:
+        quat = self._last_state["tool_quat"]
+        return np.arctan2(2 * (quat[:, 0] * quat[:, 3] + quat[:, 1] * quat[:, 2]), 1 - 2 * (quat[:, 2] ** 2 + quat[:, 3] ** 2))

@@ -1,0 +1,241 @@
+"""Batched MuJoCo environment with gymnasium vector conventions, shared by every task.
+
+Each member has its own MjModel copy so that its dynamics parameters (randomised or a named profile) can differ.
+Robot-specific subclasses (`Go2Env`, `PegEnv`) build the scene and define actions, observations and rewards.
+"""
+
+from __future__ import annotations
+
+import copy
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from simdist.sim.config import TaskConfig
+
+Obs = dict[str, np.ndarray]
+
+
+class SimVecEnv(gym.vector.VectorEnv):
+    """N copies of one task. Observations are dicts: proprio, command, privileged (and image with a camera).
+
+    Finished members reset in the same step (gymnasium SAME_STEP autoreset): the returned observation is the first
+    of the new episode and `info["final_obs"]` holds the last one. Bad actions are sanitised and counted.
+    """
+
+    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+
+    proprio_dim: int
+    command_dim: int
+    privileged_dim: int
+    action_dim: int
+
+    def __init__(
+        self,
+        cfg: TaskConfig,
+        profile: str = "sim",
+        num_envs: int = 1,
+        seed: int = 0,
+        randomize: bool = False,
+        eval_commands: bool = False,
+        threads: int = 1,
+    ) -> None:
+        self.cfg = cfg
+        self.profile_name = profile
+        self.profile_params = cfg.profile(profile)
+        self.num_envs = num_envs
+        self.randomize = randomize
+        self.eval_commands = eval_commands
+        self.base_model = self.build_model()
+        self.models = [copy.copy(self.base_model) for _ in range(num_envs)]
+        self.datas = [mujoco.MjData(m) for m in self.models]
+        self.dt = cfg.substeps * self.base_model.opt.timestep
+        self.param_names = list(self.profile_params)
+        self.params = {name: np.zeros(num_envs) for name in self.param_names}
+        self.steps = np.zeros(num_envs, dtype=np.int64)
+        self.episode_ids = np.zeros(num_envs, dtype=np.int64)
+        self._next_episode = 0
+        self.last_action = np.zeros((num_envs, self.action_dim), dtype=np.float32)
+        self.prev_action = np.zeros_like(self.last_action)
+        self._delay_queue = np.zeros((num_envs, 3, self.action_dim), dtype=np.float32)
+        self.counters = {"nonfinite_actions": 0, "clipped_actions": 0, "unstable_resets": 0}
+        self._pool = ThreadPoolExecutor(threads) if threads > 1 else None
+        self._chunks = np.array_split(np.arange(num_envs), max(1, threads))
+        self.single_action_space = gym.spaces.Box(-cfg.action_clip, cfg.action_clip, (self.action_dim,), np.float32)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
+        spaces = {
+            "proprio": gym.spaces.Box(-np.inf, np.inf, (self.proprio_dim,), np.float32),
+            "command": gym.spaces.Box(-np.inf, np.inf, (self.command_dim,), np.float32),
+            "privileged": gym.spaces.Box(-np.inf, np.inf, (self.privileged_dim,), np.float32),
+        }
+        self.single_observation_space = gym.spaces.Dict(spaces)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
+        self._seed(seed)
+
+    # ----- hooks for the robot subclasses -------------------------------------------------------------------
+    def build_model(self) -> mujoco.MjModel:
+        raise NotImplementedError
+
+    def apply_params(self, i: int) -> None:
+        """Write member i's dynamics parameters into its MjModel."""
+        raise NotImplementedError
+
+    def reset_member(self, i: int, rng: np.random.Generator) -> None:
+        """Place member i at the start of an episode (state and command)."""
+        raise NotImplementedError
+
+    def set_targets(self, actions: np.ndarray) -> None:
+        """Turn the (delayed, sanitised) actions into servo targets."""
+        raise NotImplementedError
+
+    def observe(self) -> Obs:
+        raise NotImplementedError
+
+    def reward(self, actions: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        raise NotImplementedError
+
+    def terminated(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def metrics(self) -> dict[str, np.ndarray]:
+        """Per-member task metrics of the current episode (progress, success, fell)."""
+        return {}
+
+    # ----- seeding and parameters --------------------------------------------------------------------------
+    def _seed(self, seed: int | None) -> None:
+        seq = np.random.SeedSequence(seed)
+        children = seq.spawn(self.num_envs + 1)
+        self.member_rngs = [np.random.default_rng(s) for s in children[:-1]]
+        self.np_random = np.random.default_rng(children[-1])
+
+    def sample_params(self, i: int, rng: np.random.Generator) -> None:
+        for name in self.param_names:
+            value = self.profile_params[name]
+            if self.randomize and name in self.cfg.randomisation:
+                low, high = self.cfg.randomisation[name]
+                value = float(rng.integers(low, high + 1)) if name == "latency_steps" else float(rng.uniform(low, high))
+            self.params[name][i] = value
+
+    def episode_params(self, i: int) -> dict[str, float]:
+        return {name: float(self.params[name][i]) for name in self.param_names}
+
+    # ----- gymnasium API -------------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Obs, dict[str, Any]]:
+        if seed is not None:
+            self._seed(seed)
+        self._next_episode = 0
+        for i in range(self.num_envs):
+            self._reset_one(i)
+        return self.observe(), {"episode_id": self.episode_ids.copy()}
+
+    def _reset_one(self, i: int) -> None:
+        rng = self.member_rngs[i]
+        self.sample_params(i, rng)
+        mujoco.mj_resetData(self.models[i], self.datas[i])
+        self.apply_params(i)
+        self.reset_member(i, rng)
+        mujoco.mj_forward(self.models[i], self.datas[i])
+        self.steps[i] = 0
+        self.episode_ids[i] = self._next_episode
+        self._next_episode += 1
+        self.last_action[i] = 0.0
+        self.prev_action[i] = 0.0
+        self._delay_queue[i] = 0.0
+
+    def sanitize(self, actions: np.ndarray) -> np.ndarray:
+        """Non-finite rows become zero (the task's safe action); out-of-range values are clipped. Both counted."""
+        actions = np.array(actions, dtype=np.float32, copy=True).reshape(self.num_envs, self.action_dim)
+        bad = ~np.isfinite(actions).all(axis=1)
+        if bad.any():
+            self.counters["nonfinite_actions"] += int(bad.sum())
+            actions[bad] = 0.0
+        limit = self.cfg.action_clip
+        clipped = (np.abs(actions) > limit).any(axis=1)
+        if clipped.any():
+            self.counters["clipped_actions"] += int(clipped.sum())
+            np.clip(actions, -limit, limit, out=actions)
+        return actions
+
+    def _delayed(self, actions: np.ndarray) -> np.ndarray:
+        """Apply each member's latency_steps (0-2 control steps) through a small queue."""
+        self._delay_queue = np.roll(self._delay_queue, 1, axis=1)
+        self._delay_queue[:, 0] = actions
+        lag = np.clip(self.params["latency_steps"].astype(np.int64), 0, self._delay_queue.shape[1] - 1)
+        return self._delay_queue[np.arange(self.num_envs), lag]
+
+    def simulate(self) -> None:
+        """Advance every member by one control period (substeps physics steps)."""
+        n = self.cfg.substeps
+
+        def run(idx: np.ndarray) -> None:
+            for i in idx:
+                mujoco.mj_step(self.models[i], self.datas[i], nstep=n)
+
+        if self._pool is None:
+            run(np.arange(self.num_envs))
+        else:
+            list(self._pool.map(run, self._chunks))
+
+    def _unstable(self) -> np.ndarray:
+        out = np.zeros(self.num_envs, dtype=bool)
+        for i, d in enumerate(self.datas):
+            out[i] = (
+                d.warning[mujoco.mjtWarning.mjWARN_BADQACC].number > 0
+                or not np.isfinite(d.qpos).all()
+                or not np.isfinite(d.qvel).all()
+            )
+        return out
+
+    def step(self, actions: np.ndarray) -> tuple[Obs, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        actions = self.sanitize(actions)
+        self.prev_action[:] = self.last_action
+        self.last_action[:] = actions
+        self.set_targets(self._delayed(actions))
+        self.simulate()
+        self.steps += 1
+        unstable = self._unstable()
+        if unstable.any():
+            self.counters["unstable_resets"] += int(unstable.sum())
+            for i in np.flatnonzero(unstable):  # restore a finite state before observing
+                mujoco.mj_resetData(self.models[i], self.datas[i])
+                self.reset_member(i, self.member_rngs[i])
+                mujoco.mj_forward(self.models[i], self.datas[i])
+        obs = self.observe()
+        reward, terms = self.reward(actions)
+        terminated = self.terminated() & ~unstable
+        truncated = (self.steps >= self.cfg.episode_steps) | unstable
+        info: dict[str, Any] = {
+            "reward_terms": terms,
+            "episode_id": self.episode_ids.copy(),
+            "step": self.steps.copy(),
+            "unstable": unstable,
+            **{k: v for k, v in self.counters.items()},
+        }
+        done = terminated | truncated
+        if done.any():
+            info["final_obs"] = {k: v.copy() for k, v in obs.items()}
+            info["final_metrics"] = {k: v.copy() for k, v in self.metrics().items()}
+            info["final_params"] = {name: self.params[name].copy() for name in self.param_names}
+            for i in np.flatnonzero(done):
+                self._reset_one(i)
+            obs = self.observe()
+        info["done"] = done
+        return obs, reward.astype(np.float32), terminated, truncated, info
+
+    def close(self, **kwargs: Any) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+    # ----- helpers shared by subclasses ----------------------------------------------------------------------
+    def gather(self, attr: str) -> np.ndarray:
+        """Stack one MjData field across members (a copy)."""
+        return np.stack([getattr(d, attr) for d in self.datas])
+
+    def noise(self, rng_shape: tuple[int, ...], std: float) -> np.ndarray:
+        scale = self.params["sensor_noise_scale"].reshape(-1, *([1] * (len(rng_shape) - 1)))
+        return self.np_random.normal(0.0, 1.0, rng_shape) * std * scale
