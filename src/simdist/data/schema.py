@@ -1,0 +1,31 @@
+"""Field names, dtypes and shapes of the on-disk dataset (one place, shared by writer, reader and windows)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+SCHEMA_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+SHARD_PATTERN = "shard_{index:05d}.h5"
+
+# per-step fields: name -> (dtype, trailing shape or None when it comes from the data)
+STEP_FIELDS: dict[str, np.dtype] = {
+    "proprio": np.dtype(np.float32),
+    "command": np.dtype(np.float32),
+    "action": np.dtype(np.float32),
+    "reward": np.dtype(np.float32),
+    "value": np.dtype(np.float32),
+    "expert_flag": np.dtype(np.bool_),
+    "episode": np.dtype(np.int64),
+    "step": np.dtype(np.int32),
+}
+OPTIONAL_FIELDS: dict[str, np.dtype] = {"image": np.dtype(np.uint8)}
+IMAGE_SHAPE = (64, 64, 3)
+VECTOR_FIELDS = ("proprio", "command", "action")  # (N, dim)
+SCALAR_FIELDS = ("reward", "value", "expert_flag", "episode", "step")  # (N,)
+# fields whose z-score statistics the manifest carries (the model's Normalizer reads them)
+NORMALISED_FIELDS = ("proprio", "command", "action", "reward", "value")
+
+
+def shard_name(index: int) -> str:
+    return SHARD_PATTERN.format(index=index)

@@ -1,0 +1,66 @@
+"""Reward and value heads: bidirectional transformer layers over a predicted latent trajectory."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from simdist.model.layers import EncoderBlock
+
+
+class SequenceHead(nn.Module):
+    """Per-step scalar from a sequence of latents plus optional action and command tokens summed per step."""
+
+    def __init__(
+        self,
+        latent_dim: int,
+        cmd_dim: int,
+        act_dim: int | None,
+        horizon: int,
+        layers: int,
+        heads: int,
+        mlp_ratio: int,
+    ) -> None:
+        super().__init__()
+        self.latent = nn.Linear(latent_dim, latent_dim)
+        self.command = nn.Linear(cmd_dim, latent_dim)
+        self.action = nn.Linear(act_dim, latent_dim) if act_dim is not None else None
+        self.position = nn.Parameter(torch.randn(horizon, latent_dim) * 0.02)
+        self.blocks = nn.ModuleList(EncoderBlock(latent_dim, heads, mlp_ratio) for _ in range(layers))
+        self.norm = nn.LayerNorm(latent_dim)
+        self.out = nn.Linear(latent_dim, 1)
+
+    def forward(
+        self, latents: torch.Tensor, command: torch.Tensor, actions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        x = self.latent(latents) + self.command(command) + self.position[: latents.shape[1]]
+        if self.action is not None:
+            if actions is None:
+                raise ValueError("this head needs actions")
+            x = x + self.action(actions)
+        for block in self.blocks:
+            x = block(x)
+        return self.out(self.norm(x)).squeeze(-1)
+
+
+class RewardHead(SequenceHead):
+    """r_hat(t+k) from [z_t, z_hat(t+1..t+T-1)], actions t..t+T-1 and commands."""
+
+    def __init__(
+        self,
+        latent_dim: int,
+        cmd_dim: int,
+        act_dim: int,
+        horizon: int,
+        layers: int,
+        heads: int,
+        mlp_ratio: int,
+    ):
+        super().__init__(latent_dim, cmd_dim, act_dim, horizon, layers, heads, mlp_ratio)
+
+
+class ValueHead(SequenceHead):
+    """V_hat(t+k+1) from z_hat(t+1..t+T) and commands (targets: the expert critic)."""
+
+    def __init__(self, latent_dim: int, cmd_dim: int, horizon: int, layers: int, heads: int, mlp_ratio: int):
+        super().__init__(latent_dim, cmd_dim, None, horizon, layers, heads, mlp_ratio)
