@@ -1,0 +1,16 @@
+"""MPPI planning through the world model, real-time on a CPU."""
+
+from simdist.plan.config import PlannerConfig, load_planner_config
+from simdist.plan.mppi import ActionLimits, Plan, Planner, PlanStats
+from simdist.plan.protocol import Context, PlanningModel
+
+__all__ = [
+    "ActionLimits",
+    "Context",
+    "Plan",
+    "PlanStats",
+    "Planner",
+    "PlannerConfig",
+    "PlanningModel",
+    "load_planner_config",
+]

@@ -1,0 +1,98 @@
+"""Planner settings: config/planner/<name>.yaml built into a frozen `PlannerConfig`.
+
+A file holds shared settings at the top level and per-robot differences under `robots.<robot>`;
+`extends: <name>` starts from another file so that no setting is written twice. Merge order:
+parent top level, parent robot section, own top level, own robot section, then `--set` overrides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from simdist.config import apply_overrides, build, load_named
+from simdist.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    """MPPI/CEM settings. Sample counts are per iteration; std values are in raw action units."""
+
+    num_samples: int  # Gaussian samples around the current mean, per iteration
+    num_policy_samples: int  # samples around the base policy's chunk, drawn once per tick
+    policy_std: float
+    iterations: int
+    elites: int
+    temperature: float  # weights exp(temperature * (score - best)), as in TD-MPC2 (an inverse temperature)
+    init_std: float  # also the ceiling of the refitted std
+    min_std: float
+    horizon: int  # must equal the world model's horizon
+    discount: float
+    keep_elites: bool = False  # carry each iteration's elites (with their scores) into the next one
+    compile: bool = False  # torch.compile the model evaluation (slow first ticks)
+    num_threads: int = 0  # torch intra-op threads for the planning process; 0 leaves torch's choice
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.num_samples >= 1, "num_samples must be >= 1"),
+            (self.num_policy_samples >= 0, "num_policy_samples must be >= 0"),
+            (self.iterations >= 1, "iterations must be >= 1"),
+            (1 <= self.elites <= self.num_samples, "elites must be in [1, num_samples]"),
+            (self.temperature > 0, "temperature must be > 0"),
+            (0 < self.min_std <= self.init_std, "need 0 < min_std <= init_std"),
+            (self.policy_std >= 0, "policy_std must be >= 0"),
+            (self.horizon >= 1, "horizon must be >= 1"),
+            (0 < self.discount <= 1, "discount must be in (0, 1]"),
+            (self.num_threads >= 0, "num_threads must be >= 0"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(f"planner config: {message}")
+
+
+_FIELDS = {f.name for f in dataclasses.fields(PlannerConfig)}
+
+
+def _flatten(name: str, robot: str, seen: tuple[str, ...] = ()) -> dict[str, Any]:
+    if name in seen:
+        raise ConfigError(f"planner config '{name}' extends itself ({' -> '.join((*seen, name))})")
+    data = load_named("planner", name)
+    merged: dict[str, Any] = {}
+    parent = data.pop("extends", None)
+    if parent is not None:
+        if not isinstance(parent, str):
+            raise ConfigError(f"planner config '{name}': 'extends' must be a config name")
+        merged = _flatten(parent, robot, (*seen, name))
+    robots = data.pop("robots", {}) or {}
+    if not isinstance(robots, Mapping):
+        raise ConfigError(f"planner config '{name}': 'robots' must be a mapping of robot -> settings")
+    for section_name, section in robots.items():
+        if not isinstance(section, Mapping):
+            raise ConfigError(f"planner config '{name}': robots.{section_name} must be a mapping")
+        unknown = sorted(set(section) - _FIELDS)
+        if unknown:
+            raise ConfigError(
+                f"unknown key 'robots.{section_name}.{unknown[0]}' in planner config '{name}' "
+                f"(valid: {', '.join(sorted(_FIELDS))})"
+            )
+    merged.update(data)
+    merged.update(robots.get(robot, {}))
+    return merged
+
+
+def load_planner_config(name: str, robot: str, overrides: Mapping[str, Any] | None = None) -> PlannerConfig:
+    """Build the planner settings of config/planner/<name>.yaml for `robot` (go2, ur5e, ...).
+
+    Raises:
+        ConfigError: unknown file, key, robot-section key or value, or a wrong type.
+    """
+    defaults = {
+        f.name: f.default for f in dataclasses.fields(PlannerConfig) if f.default is not dataclasses.MISSING
+    }
+    # defaults first so that `--set compile=true` works when the file leaves a field at its default
+    data = {**defaults, **_flatten(name, robot)}
+    if overrides:
+        data = apply_overrides(data, overrides)
+    return build(PlannerConfig, data, "planner")

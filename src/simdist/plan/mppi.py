@@ -1,0 +1,308 @@
+"""MPPI/CEM planning through the world model: sample action chunks, score them, refit, execute the mean's first action.
+
+score = sum_k gamma^k r_hat(k) + gamma^T V_hat(T) for k = 0..T-1. Every evaluated sample is first projected onto
+the action bounds and rate limits, so the refitted mean (a convex combination of feasible chunks) is feasible too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from simdist.errors import ConfigError
+from simdist.plan.config import PlannerConfig
+from simdist.plan.protocol import Context, PlanningModel
+
+Limit = float | Sequence[float] | None
+
+
+@dataclass(frozen=True)
+class ActionLimits:
+    """Per-dimension action bounds and the largest change per control step, in raw action units.
+
+    `max_delta` limits both the first action against the previously executed one and consecutive plan steps.
+    A scalar applies to every dimension; None means unlimited.
+    """
+
+    low: Limit = None
+    high: Limit = None
+    max_delta: Limit = None
+
+
+@dataclass(frozen=True)
+class PlanStats:
+    iterations: int
+    best_score: float  # best discounted return seen in the last iteration (nan after a fallback)
+    warm_start: bool  # the initial mean came from the previous plan
+    elapsed_steps: int
+    nonfinite_samples: int  # evaluated samples whose score was nan/inf (ignored)
+    fallback: str | None  # None, "policy" (base policy's chunk) or "hold" (previous action)
+    flags: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    action: Tensor  # (A,) the first action, to execute now
+    actions: Tensor  # (T,A) the whole mean sequence, for late ticks and visualisation
+    stats: PlanStats
+
+
+class Planner:
+    """MPPI/CEM hybrid over `model`'s action chunks; stateful only in its warm start and random generator."""
+
+    def __init__(
+        self,
+        model: PlanningModel,
+        config: PlannerConfig,
+        *,
+        limits: ActionLimits | None = None,
+        seed: int = 0,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        if config.horizon != model.horizon:
+            raise ConfigError(f"planner horizon {config.horizon} != world model horizon {model.horizon}")
+        if config.num_threads > 0:
+            # process-wide on purpose: the planner owns the control process's compute
+            torch.set_num_threads(config.num_threads)
+        self.model = model
+        self.config = config
+        self.device = torch.device(device)
+        self.horizon = config.horizon
+        self.act_dim = model.act_dim
+        limits = limits or ActionLimits()
+        self._low = self._limit(limits.low, -torch.inf, "low")
+        self._high = self._limit(limits.high, torch.inf, "high")
+        if bool((self._low > self._high).any()):
+            raise ConfigError("action limits: low > high")
+        self._max_delta = (
+            None if limits.max_delta is None else self._limit(limits.max_delta, torch.inf, "max_delta")
+        )
+        if self._max_delta is not None and bool((self._max_delta < 0).any()):
+            raise ConfigError("action limits: max_delta must be >= 0")
+        gamma = config.discount
+        self._discounts = gamma ** torch.arange(self.horizon, dtype=torch.float32, device=self.device)
+        self._terminal = gamma**self.horizon  # gamma^T (the public code's gamma^(T+1) is a bug)
+        self._seed = seed
+        self._generator = torch.Generator(self.device)
+        n_extra = max(config.num_policy_samples, config.elites if config.keep_elites else 0)
+        with torch.inference_mode():
+            # preallocated: Gaussian samples first, then policy samples or carried elites
+            self._pool = torch.zeros(
+                config.num_samples + n_extra, self.horizon, self.act_dim, device=self.device
+            )
+            self._scores = torch.zeros(config.num_samples + n_extra, device=self.device)
+        self._evaluate = self._evaluate_eager
+        if config.compile:
+            self._evaluate = torch.compile(self._evaluate_eager, dynamic=False)
+        self.reset()
+
+    def _limit(self, value: Limit, default: float, name: str) -> Tensor:
+        if value is None:
+            return torch.full((self.act_dim,), default, device=self.device)
+        out = torch.as_tensor(value, dtype=torch.float32, device=self.device).flatten()
+        if out.numel() == 1:
+            out = out.expand(self.act_dim).clone()
+        if out.numel() != self.act_dim:
+            raise ConfigError(
+                f"action limits: '{name}' has {out.numel()} values, the model has {self.act_dim} actions"
+            )
+        return out
+
+    def reset(self) -> None:
+        """Forget the warm start and reseed, so an episode replays exactly."""
+        self._generator.manual_seed(self._seed)
+        self._last: Tensor | None = None  # the previous plan's actions (T,A), None after a fallback or reset
+        self._last_prev: Tensor | None = None
+
+    def act(
+        self, ctx: Context, command: Tensor, elapsed_steps: int = 1, *, prev_action: Tensor | None = None
+    ) -> Plan:
+        """Plan from context `ctx` for `command` ((C,), (T,C) or (1,T,C), raw units).
+
+        Args:
+            elapsed_steps: control steps executed since the previous plan was computed; its mean is shifted by this
+                many steps to warm-start (the executed ones are dropped, the last action is repeated at the end).
+            prev_action: the action the robot executed last, for the rate limit. Default: the previous plan's
+                action at step `elapsed_steps - 1`, i.e. the last one executed if the caller followed the plan.
+        """
+        if elapsed_steps < 0:
+            raise ValueError(f"elapsed_steps must be >= 0, got {elapsed_steps}")
+        with torch.inference_mode():
+            return self._act(ctx, command, elapsed_steps, prev_action)
+
+    # -- internals -------------------------------------------------------------------------------------------------
+
+    def _command(self, command: Tensor) -> Tensor:
+        cmd = torch.as_tensor(command, dtype=torch.float32, device=self.device)
+        if cmd.dim() == 1:
+            cmd = cmd[None, None]
+        elif cmd.dim() == 2:
+            cmd = cmd[None]
+        if cmd.dim() != 3 or cmd.shape[0] != 1 or cmd.shape[1] not in (1, self.horizon):
+            raise ValueError(
+                f"command must be (C,), (T,C) or (1,T,C) with T={self.horizon}, got {tuple(command.shape)}"
+            )
+        return cmd.expand(1, self.horizon, cmd.shape[2]).contiguous()
+
+    def _project(self, x: Tensor, prev: Tensor | None) -> Tensor:
+        """Feasible chunks (n,T,A): each step clipped to the bounds, then to within max_delta of the step before.
+
+        The result equals clipping each step to the intersection of both intervals in turn (what a rate-limited
+        actuator tracking the sample would do): a value inside the bounds, clipped towards a previous step that is
+        also inside them, stays inside. A sequential loop, because a cumulative-sum projection would lose a
+        sample's offset for good once a step is clipped.
+        """
+        x = x.clamp(self._low, self._high)
+        if self._max_delta is None:
+            return x
+        last = prev
+        for k in range(x.shape[1]):
+            step = x[:, k]
+            if last is not None:
+                step.clamp_(last - self._max_delta, last + self._max_delta)
+            last = step
+        return x
+
+    def _evaluate_eager(self, ctx: Context, actions: Tensor, command: Tensor) -> Tensor:
+        latents = self.model.predict(ctx, actions)
+        rewards, values = self.model.score(ctx, latents, actions, command)
+        return rewards @ self._discounts + self._terminal * values[:, -1]
+
+    def _previous_action(self, prev_action: Tensor | None, elapsed: int, flags: list[str]) -> Tensor | None:
+        if prev_action is not None:
+            prev = torch.as_tensor(prev_action, dtype=torch.float32, device=self.device).reshape(self.act_dim)
+            if not bool(torch.isfinite(prev).all()):
+                flags.append("prev_action_nonfinite")
+                return None
+        elif self._last is None:
+            return None
+        elif elapsed == 0:
+            prev = self._last_prev
+            if prev is None:
+                return None
+        else:
+            prev = self._last[min(elapsed, self.horizon) - 1]
+        # bounds win over the rate limit if the robot was somehow outside them
+        return prev.clamp(self._low, self._high)
+
+    def _act(self, ctx: Context, command: Tensor, elapsed: int, prev_action: Tensor | None) -> Plan:
+        cfg = self.config
+        n_gauss, n_policy, horizon = cfg.num_samples, cfg.num_policy_samples, self.horizon
+        flags: list[str] = []
+        cmd = self._command(command)
+        prev = self._previous_action(prev_action, elapsed, flags)
+
+        policy = self.model.propose(ctx, cmd).reshape(horizon, self.act_dim).to(self.device, torch.float32)
+        policy_ok = bool(torch.isfinite(policy).all())
+        if policy_ok:
+            policy = self._project(policy[None], prev)[0]
+        else:
+            flags.append("policy_nonfinite")
+
+        warm = self._last is not None and elapsed < horizon
+        if warm:
+            assert self._last is not None
+            shifted = torch.cat([self._last[elapsed:], self._last[-1:].expand(elapsed, -1)])
+            mean = self._project(shifted[None], prev)[0]
+        elif policy_ok:
+            mean = policy
+        else:
+            mean = self._hold(prev)
+        std = torch.full_like(mean, cfg.init_std)
+
+        pool, scores = self._pool, self._scores
+        n_extra = 0
+        if n_policy > 0 and policy_ok:
+            extra = pool[n_gauss : n_gauss + n_policy]
+            torch.randn(extra.shape, generator=self._generator, out=extra)
+            extra.mul_(cfg.policy_std).add_(policy)
+            extra[0] = policy  # the base policy's chunk itself always competes
+            extra.copy_(self._project(extra, prev))
+            n_extra = n_policy
+        contexts = {n: ctx.expand(n) for n in {n_gauss, n_gauss + n_extra}}
+        commands = {n: cmd.expand(n, -1, -1) for n in contexts}
+
+        nonfinite = 0
+        best = torch.tensor(float("nan"))
+        for iteration in range(cfg.iterations):
+            gauss = pool[:n_gauss]
+            torch.randn(gauss.shape, generator=self._generator, out=gauss)
+            gauss.mul_(std).add_(mean)
+            gauss[0] = mean  # the current mean (at first: the warm start) is always evaluated
+            gauss.copy_(self._project(gauss, prev))
+            # new samples, plus at first the policy samples, in one forward pass; carried ones keep their scores
+            n_eval = n_gauss + (n_extra if iteration == 0 else 0)
+            new_scores = self._evaluate(contexts[n_eval], pool[:n_eval], commands[n_eval])
+            finite = torch.isfinite(new_scores)
+            n_bad = int(n_eval - finite.sum())
+            if n_bad:
+                nonfinite += n_bad
+                new_scores = torch.where(finite, new_scores, -torch.inf)
+            scores[:n_eval] = new_scores
+            n_pool = n_gauss + n_extra
+            top = torch.topk(scores[:n_pool], cfg.elites)
+            if not bool(torch.isfinite(top.values[0])):
+                return self._fallback(
+                    policy if policy_ok else None, prev, elapsed, iteration + 1, nonfinite, flags
+                )
+            elites = pool[:n_pool].index_select(0, top.indices)
+            weights = torch.softmax(cfg.temperature * top.values, dim=0)
+            mean = torch.einsum("k,kta->ta", weights, elites)
+            std = torch.einsum("k,kta->ta", weights, (elites - mean).square_()).sqrt_()
+            std.clamp_(cfg.min_std, cfg.init_std)
+            best = top.values[0]
+            if cfg.keep_elites:
+                pool[n_gauss : n_gauss + cfg.elites] = elites
+                scores[n_gauss : n_gauss + cfg.elites] = top.values
+                n_extra = cfg.elites
+        if nonfinite:
+            flags.append("nonfinite_scores")
+        actions = self._project(mean[None], prev)[0]
+        if not bool(
+            torch.isfinite(actions).all()
+        ):  # cannot happen with finite elites; never return nan anyway
+            return self._fallback(
+                policy if policy_ok else None, prev, elapsed, cfg.iterations, nonfinite, flags
+            )
+        return self._finish(actions, prev, warm, elapsed, cfg.iterations, float(best), nonfinite, None, flags)
+
+    def _hold(self, prev: Tensor | None) -> Tensor:
+        """Repeat the previous action; with none known, the point of the bounds nearest to zero."""
+        base = prev if prev is not None else torch.zeros(self.act_dim, device=self.device)
+        return base.clamp(self._low, self._high).expand(self.horizon, -1).clone()
+
+    def _fallback(
+        self,
+        policy: Tensor | None,
+        prev: Tensor | None,
+        elapsed: int,
+        iterations: int,
+        nonfinite: int,
+        flags: list[str],
+    ) -> Plan:
+        flags.append("nonfinite_scores")
+        kind = "policy" if policy is not None else "hold"
+        actions = policy if policy is not None else self._hold(prev)
+        plan = self._finish(actions, prev, False, elapsed, iterations, float("nan"), nonfinite, kind, flags)
+        self._last = None  # never warm-start from a plan the model could not score
+        return plan
+
+    def _finish(
+        self,
+        actions: Tensor,
+        prev: Tensor | None,
+        warm: bool,
+        elapsed: int,
+        iterations: int,
+        best: float,
+        nonfinite: int,
+        fallback: str | None,
+        flags: list[str],
+    ) -> Plan:
+        actions = actions.clone()
+        self._last, self._last_prev = actions, prev
+        stats = PlanStats(iterations, best, warm, elapsed, nonfinite, fallback, tuple(flags))
+        return Plan(action=actions[0].clone(), actions=actions, stats=stats)
