@@ -219,6 +219,16 @@ class Go2Env(SimVecEnv):
     def terminated(self) -> np.ndarray:
         return self._fell()
 
+    def scripted_action(self) -> np.ndarray:
+        """An open-loop trot (diagonal pairs in phase), for rendering and smoke tests; not a controller."""
+        phase = 2 * math.pi * 2.0 * self.steps * self.dt  # 2 Hz gait
+        swing = np.stack([np.sin(phase), np.sin(phase + math.pi)], axis=1)  # FR+RL, FL+RR
+        pair = swing[:, [0, 1, 1, 0]]
+        actions = np.zeros((self.num_envs, 4, 3))
+        actions[:, :, 1] = -0.8 * np.clip(pair, 0, None)  # lift: thigh forward
+        actions[:, :, 2] = 1.2 * np.clip(pair, 0, None)  # and calf folded
+        return actions.reshape(self.num_envs, 12)
+
     def metrics(self) -> dict[str, np.ndarray]:
         return {
             "progress_m": self._progress(),

@@ -29,7 +29,7 @@ PRIVILEGED_PARAMS = (
     "latency_steps",
     "servo_lag",
 )
-MAX_JOINT_STEP = 0.004  # rad per physics step (2 rad/s): the IK's speed limit
+MAX_JOINT_STEP = 0.05  # rad: the furthest a servo target leads the measured joint (bounds speed and force)
 
 
 class PegEnv(SimVecEnv):
@@ -242,6 +242,17 @@ class PegEnv(SimVecEnv):
     def metrics(self) -> dict[str, np.ndarray]:
         _, dist_xy, depth = self._geometry()
         return {"success": self.success.copy(), "depth_m": depth, "dist_xy_m": dist_xy}
+
+    def scripted_action(self, gain: float = 0.5) -> np.ndarray:
+        """A privileged insertion controller (true hole pose): align x, y and yaw, then descend."""
+        rel = self._last_state["tool_pos"] - self.hole_pose[:, :3]
+        yaw_err = (self.tool_yaw() - self.hole_pose[:, 3] + math.pi / 4) % (math.pi / 2) - math.pi / 4
+        action = np.zeros((self.num_envs, 4))
+        action[:, :2] = np.clip(-rel[:, :2] / self.cfg.peg.action_scale_m, -1, 1) * gain
+        action[:, 3] = np.clip(-yaw_err / self.cfg.peg.action_scale_rad, -1, 1) * gain
+        aligned = (np.linalg.norm(rel[:, :2], axis=1) < 0.001) & (np.abs(yaw_err) < 0.01)
+        action[:, 2] = np.where(aligned, -gain, 0.0)
+        return action
 
     def tool_yaw(self) -> np.ndarray:
         quat = self._last_state["tool_quat"]

@@ -15,6 +15,7 @@ import mujoco
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from simdist.errors import ConfigError
 from simdist.sim.config import TaskConfig
 
 Obs = dict[str, np.ndarray]
@@ -72,6 +73,13 @@ class SimVecEnv(gym.vector.VectorEnv):
             "command": gym.spaces.Box(-np.inf, np.inf, (self.command_dim,), np.float32),
             "privileged": gym.spaces.Box(-np.inf, np.inf, (self.privileged_dim,), np.float32),
         }
+        self._renderer: mujoco.Renderer | None = None
+        if cfg.camera.enabled:
+            cam = cfg.camera
+            if mujoco.mj_name2id(self.base_model, mujoco.mjtObj.mjOBJ_CAMERA, cam.name) < 0:
+                raise ConfigError(f"camera.name '{cam.name}' is not a camera of task {cfg.task}")
+            self._renderer = mujoco.Renderer(self.base_model, cam.height, cam.width)
+            spaces["image"] = gym.spaces.Box(0, 255, (cam.height, cam.width, 3), np.uint8)
         self.single_observation_space = gym.spaces.Dict(spaces)
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
         self._seed(seed)
@@ -130,7 +138,13 @@ class SimVecEnv(gym.vector.VectorEnv):
         self._next_episode = 0
         for i in range(self.num_envs):
             self._reset_one(i)
-        return self.observe(), {"episode_id": self.episode_ids.copy()}
+        return self._observe_all(), {"episode_id": self.episode_ids.copy()}
+
+    def _observe_all(self) -> Obs:
+        obs = self.observe()
+        if self._renderer is not None:
+            obs["image"] = self.images()
+        return obs
 
     def _reset_one(self, i: int) -> None:
         rng = self.member_rngs[i]
@@ -180,11 +194,19 @@ class SimVecEnv(gym.vector.VectorEnv):
         else:
             list(self._pool.map(run, self._chunks))
 
+    _BAD_STATE = (mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL, mujoco.mjtWarning.mjWARN_BADQACC)
+
+    def _clear_warnings(self) -> None:
+        for d in self.datas:
+            for w in self._BAD_STATE:
+                d.warning[w].number = 0
+
     def _unstable(self) -> np.ndarray:
+        """Members whose physics diverged this step (MuJoCo warned, and may have auto-reset them)."""
         out = np.zeros(self.num_envs, dtype=bool)
         for i, d in enumerate(self.datas):
             out[i] = (
-                d.warning[mujoco.mjtWarning.mjWARN_BADQACC].number > 0
+                any(d.warning[w].number > 0 for w in self._BAD_STATE)
                 or not np.isfinite(d.qpos).all()
                 or not np.isfinite(d.qvel).all()
             )
@@ -195,6 +217,7 @@ class SimVecEnv(gym.vector.VectorEnv):
         self.prev_action[:] = self.last_action
         self.last_action[:] = actions
         self.set_targets(self._delayed(actions))
+        self._clear_warnings()
         self.simulate()
         self.steps += 1
         unstable = self._unstable()
@@ -204,7 +227,7 @@ class SimVecEnv(gym.vector.VectorEnv):
                 mujoco.mj_resetData(self.models[i], self.datas[i])
                 self.reset_member(i, self.member_rngs[i])
                 mujoco.mj_forward(self.models[i], self.datas[i])
-        obs = self.observe()
+        obs = self._observe_all()
         reward, terms = self.reward(actions)
         terminated = self.terminated() & ~unstable
         truncated = (self.steps >= self.cfg.episode_steps) | unstable
@@ -222,11 +245,24 @@ class SimVecEnv(gym.vector.VectorEnv):
             info["final_params"] = {name: self.params[name].copy() for name in self.param_names}
             for i in np.flatnonzero(done):
                 self._reset_one(i)
-            obs = self.observe()
+            obs = self._observe_all()
         info["done"] = done
         return obs, reward.astype(np.float32), terminated, truncated, info
 
+    def images(self) -> np.ndarray:
+        """RGB frames (N, H, W, 3) of the configured camera, rendered offscreen."""
+        assert self._renderer is not None
+        frames = []
+        for m, d in zip(self.models, self.datas, strict=True):
+            self._renderer._model = m  # same structure; per-member geometry parameters (e.g. slope) are drawn
+            self._renderer.update_scene(d, camera=self.cfg.camera.name)
+            frames.append(self._renderer.render())
+        return np.stack(frames)
+
     def close(self, **kwargs: Any) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None

@@ -1,0 +1,43 @@
+"""Config errors are one clear line naming the valid choices; the CLI exits with code 2."""
+
+import pytest
+
+from simdist.cli import main
+from simdist.errors import ConfigError
+from simdist.sim import load_task, make_env
+
+
+def test_unknown_task_lists_valid():
+    with pytest.raises(ConfigError, match=r"unknown task 'go3'.*go2_foam, go2_slope, ur5e_peg"):
+        load_task("go3")
+
+
+def test_unknown_profile_lists_valid():
+    with pytest.raises(ConfigError, match=r"unknown profile 'ice'.*ptfe, sim"):
+        make_env("go2_slope", "ice")
+
+
+def test_unknown_key_and_wrong_type():
+    with pytest.raises(ConfigError, match=r"unknown key 'terrain.slope'.*finish_m"):
+        load_task("go2_slope", {"terrain.slope": 3})
+    with pytest.raises(ConfigError, match=r"wrong type for 'control_hz': expected number"):
+        load_task("go2_slope", {"control_hz": "fast"})
+    with pytest.raises(ConfigError, match=r"unknown dynamics parameter 'profiles.ptfe.frcition'"):
+        load_task("go2_slope", {"profiles.ptfe.frcition": 0.1})
+
+
+def test_overrides_reach_profiles_and_new_profiles():
+    cfg = load_task("go2_slope", {"profiles.ptfe.friction": 0.07, "profiles.wet.friction": 0.3, "nominal.slope_deg": 7})
+    assert cfg.profile("ptfe")["friction"] == 0.07
+    assert cfg.profile("wet")["friction"] == 0.3 and cfg.profile("wet")["slope_deg"] == 7
+
+
+def test_cli_bad_arguments_are_one_line_exit_2(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["render", "--task"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "error" in err[0]
+    assert main(["render", "--task", "go2_slope", "--profile", "ice", "--out", "/tmp/x.png"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["simdist: error: unknown profile 'ice' for task go2_slope (valid: ptfe, sim)"]

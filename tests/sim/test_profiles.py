@@ -1,0 +1,77 @@
+"""Each real-world profile measurably changes the dynamics against `sim` under the same open-loop actions."""
+
+import numpy as np
+
+from simdist.sim import make_env
+
+FEET = ("FR", "FL", "RR", "RL")
+
+
+def _loaded_foot_slip(profile: str) -> float:
+    """Mean horizontal speed (m/s) of feet carrying more than 10 N during an open-loop trot on the ramp."""
+    env = make_env("go2_slope", profile, num_envs=2, seed=0)
+    env.reset()
+    feet = [env.base_model.site(f"{leg}_foot").id for leg in FEET]
+    prev = np.stack([d.site_xpos[feet] for d in env.datas])
+    speeds = []
+    for _ in range(100):
+        env.step(env.scripted_action())
+        pos = np.stack([d.site_xpos[feet] for d in env.datas])
+        loaded = env._last_state["foot_force"] > 10.0
+        speeds.append(np.linalg.norm((pos - prev)[..., :2], axis=-1)[loaded] / env.dt)
+        prev = pos
+    return float(np.concatenate(speeds).mean())
+
+
+def test_go2_feet_slip_more_on_ptfe():
+    sim, ptfe = _loaded_foot_slip("sim"), _loaded_foot_slip("ptfe")
+    assert ptfe > 2.0 * sim, (sim, ptfe)
+
+
+def _standing_sinkage(profile: str) -> float:
+    env = make_env("go2_foam", profile, num_envs=1, seed=0)
+    env.reset()
+    for _ in range(50):
+        env.step(np.zeros((1, 12)))
+    m, d = env.models[0], env.datas[0]
+    feet = [m.geom(f"{leg}_foot").id for leg in FEET]
+    return float(np.mean([m.geom_size[g][0] - d.geom_xpos[g][2] for g in feet]))
+
+
+def test_go2_sinks_at_least_2cm_on_foam():
+    assert _standing_sinkage("sim") < 0.005
+    assert _standing_sinkage("foam") >= 0.02
+
+
+def test_foam_absorbs_energy():
+    """Dropped from 10 cm, the base rebounds less on foam (overdamped contact)."""
+    rebounds = {}
+    for profile in ("sim", "foam"):
+        env = make_env("go2_foam", profile, num_envs=1, seed=0)
+        env.reset()
+        env.datas[0].qpos[2] += 0.1
+        heights = []
+        for _ in range(40):
+            env.step(np.zeros((1, 12)))
+            heights.append(env.datas[0].qvel[2])
+        rebounds[profile] = max(heights)  # largest upward base velocity after impact
+    assert rebounds["foam"] < rebounds["sim"]
+
+
+def _peg_step_response(profile: str) -> np.ndarray:
+    """Tool x after a 3 cm step of the target: distance still to go at each control step."""
+    env = make_env("ur5e_peg", profile, num_envs=1, seed=0)
+    env.reset()
+    start = env._last_state["tool_pos"][0, 0]
+    remaining = []
+    for k in range(8):
+        action = np.array([[1.0, 0.0, 0.0, 0.0]]) if k < 3 else np.zeros((1, 4))
+        env.step(action)
+        remaining.append(start + 0.03 - env._last_state["tool_pos"][0, 0])
+    return np.array(remaining)
+
+
+def test_ur5e_tracks_a_step_more_slowly_on_real():
+    sim, real = _peg_step_response("sim"), _peg_step_response("real")
+    assert abs(sim[-1]) < 0.002  # sim has arrived after 0.5 s
+    assert real[3] > sim[3] + 0.005  # real is still well short one step after the command ended
