@@ -23,3 +23,7 @@ class DatasetError(SimdistError):
 
 class BagError(SimdistError):
     """A rosbag2 recording that is missing a topic, has a wrong type, or is truncated or empty."""
+
+
+class RobotConnectionError(SimdistError):
+    """A robot that cannot be reached, drops its connection, or whose driver package is not installed."""

@@ -1,0 +1,187 @@
+"""Read deployment runs back into per-episode numpy arrays for finetuning; refuse bags that are not whole.
+
+Reading never writes: a refused bag is left exactly as it was.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rosbags.rosbag2 import Reader, ReaderError
+from ruamel.yaml import YAML
+
+from simdist.bags import conversions, schema
+from simdist.errors import BagError
+
+REQUIRED_TOPICS: tuple[str, ...] = schema.COMMON_TOPICS
+
+
+def _distro_of(metapath: Path) -> str:
+    """Humble for metadata version <= 5, else Jazzy (both decode these standard types alike)."""
+    try:
+        info = YAML(typ="safe").load(metapath.read_text())["rosbag2_bagfile_information"]
+        return "humble" if int(info["version"]) <= 5 else "jazzy"
+    except Exception:  # a broken metadata.yaml is reported by rosbags' Reader with its own reason
+        return "jazzy"
+
+
+def read_topics(bag_path: Path | str, topics: Iterable[str]) -> dict[str, list[tuple[int, Any]]]:
+    """Every message of `topics` as (bag time ns, deserialised message), checked against the schema.
+
+    Raises:
+        BagError: the bag is missing, unreadable, truncated or empty, or a topic is missing or has the wrong type.
+    """
+    path = Path(bag_path)
+    wanted = tuple(topics)
+    if not (path / "metadata.yaml").is_file():
+        if not path.exists():
+            raise BagError(f"{path}: no such bag")
+        raise BagError(
+            f"{path}: not a complete rosbag2 folder (metadata.yaml is missing; was the run killed?)"
+        )
+    try:
+        with Reader(path) as reader:
+            if reader.message_count == 0:
+                raise BagError(f"{path}: empty bag (no messages)")
+            by_topic = {c.topic: c for c in reader.connections}
+            for topic in wanted:
+                if topic not in by_topic:
+                    raise BagError(f"{path}: missing topic {topic}")
+                expected = schema.TOPIC_TYPES[topic]
+                if by_topic[topic].msgtype != expected:
+                    raise BagError(
+                        f"{path}: topic {topic} has type {by_topic[topic].msgtype}, expected {expected}"
+                    )
+            typestore = conversions.typestore_for(_distro_of(path / "metadata.yaml"))
+            out: dict[str, list[tuple[int, Any]]] = {topic: [] for topic in wanted}
+            connections = [by_topic[t] for t in wanted]
+            topic = ""
+            try:
+                for connection, timestamp, raw in reader.messages(connections=connections):
+                    topic = connection.topic
+                    out[topic].append((timestamp, typestore.deserialize_cdr(raw, connection.msgtype)))
+            except ReaderError:
+                raise
+            except (
+                Exception
+            ) as exc:  # a corrupt payload surfaces as struct/index/value errors from the decoder
+                raise BagError(
+                    f"{path}: cannot decode a message on {topic} ({type(exc).__name__}: {exc})"
+                ) from None
+            for connection in connections:
+                got = len(out[connection.topic])
+                if got != connection.msgcount:
+                    raise BagError(
+                        f"{path}: topic {connection.topic} has {got} messages, metadata.yaml promises "
+                        f"{connection.msgcount} (truncated bag?)"
+                    )
+            return out
+    except ReaderError as exc:
+        raise BagError(f"{path}: unreadable bag ({exc})") from None
+    except (OSError, EOFError) as exc:
+        raise BagError(f"{path}: unreadable bag ({type(exc).__name__}: {exc})") from None
+
+
+def _events(path: Path, messages: list[tuple[int, Any]]) -> list[tuple[int, dict[str, Any]]]:
+    events = []
+    for t, msg in messages:
+        try:
+            payload = json.loads(conversions.text_from_msg(msg))
+        except json.JSONDecodeError:
+            raise BagError(f"{path}: topic {schema.EVENTS} carries a message that is not JSON") from None
+        if not isinstance(payload, dict) or "event" not in payload:
+            raise BagError(f"{path}: topic {schema.EVENTS} carries a JSON message without an 'event' field")
+        events.append((t, payload))
+    return events
+
+
+def _vectors(path: Path, topic: str, messages: list[tuple[int, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    times = np.array([t for t, _ in messages], dtype=np.int64)
+    rows = [conversions.vector_from_msg(m) for _, m in messages]
+    sizes = {r.size for r in rows}
+    if len(sizes) > 1:
+        raise BagError(f"{path}: topic {topic} mixes vector sizes {sorted(sizes)}")
+    width = sizes.pop() if sizes else 0
+    values = np.stack(rows).astype(np.float32) if rows else np.zeros((0, width), np.float32)
+    return times, values
+
+
+def read_episodes(bag_path: Path | str) -> list[dict[str, np.ndarray]]:
+    """One dict of per-step arrays per episode of a run, in the order the episodes were recorded.
+
+    Keys: `proprio` (N, O) float32 from /simdist/observation, `action` (N, A), `command` (N, C) (the latest command
+    at each step), `step` (N,) int64 from 0, `timestamp_ns` (N,) int64, `model_version` (N,) str (the model that
+    chose each action), `success` (N,) bool (the episode's outcome, repeated so every key slices alike) and
+    `episode_index` (N,) int64, the episode's number within this run (not unique across runs, hence not
+    `episode`). Episodes without steps are dropped; an episode that never ended counts as unsuccessful.
+
+    Raises:
+        BagError: naming the bag and, where one is at fault, the topic.
+    """
+    path = Path(bag_path)
+    data = read_topics(path, REQUIRED_TOPICS)
+    events = _events(path, data[schema.EVENTS])
+    obs_t, obs = _vectors(path, schema.OBSERVATION, data[schema.OBSERVATION])
+    act_t, act = _vectors(path, schema.ACTION, data[schema.ACTION])
+    cmd_t, cmd = _vectors(path, schema.COMMAND, data[schema.COMMAND])
+
+    # Model version in force at any time: the latest run_start / episode_start / model_version that names one.
+    version_t = np.array([t for t, e in events if "model_version" in e], dtype=np.int64)
+    version_v = [str(e["model_version"]) for _, e in events if "model_version" in e]
+
+    # Episode intervals [start, end]; an unfinished episode runs until the next start or the end of the bag.
+    intervals: list[tuple[int, int, int, bool]] = []  # (index, start, end, success)
+    open_start: tuple[int, int] | None = None
+    for t, e in events:
+        kind = e["event"]
+        if kind == schema.EPISODE_START:
+            if open_start is not None:
+                intervals.append((open_start[0], open_start[1], t - 1, False))
+            open_start = (int(e.get("episode", len(intervals))), t)
+        elif kind == schema.EPISODE_END and open_start is not None:
+            intervals.append((open_start[0], open_start[1], t, bool(e.get("success", False))))
+            open_start = None
+    if open_start is not None:
+        intervals.append((open_start[0], open_start[1], np.iinfo(np.int64).max, False))
+    if not intervals:
+        raise BagError(f"{path}: topic {schema.EVENTS} marks no episode (no {schema.EPISODE_START} event)")
+
+    episodes: list[dict[str, np.ndarray]] = []
+    for index, start, end, success in intervals:
+        lo, hi = np.searchsorted(obs_t, start, side="left"), np.searchsorted(obs_t, end, side="right")
+        alo, ahi = np.searchsorted(act_t, start, side="left"), np.searchsorted(act_t, end, side="right")
+        n = int(hi - lo)
+        if ahi - alo != n:
+            raise BagError(
+                f"{path}: topic {schema.ACTION} has {ahi - alo} messages in episode {index}, "
+                f"{schema.OBSERVATION} has {n}"
+            )
+        if n == 0:
+            continue
+        step_t = obs_t[lo:hi]
+        # The command in force at each step: sample-and-hold, so a command published at a lower rate works too.
+        cmd_idx = np.searchsorted(cmd_t, step_t, side="right") - 1
+        if cmd_idx[0] < 0:
+            raise BagError(f"{path}: topic {schema.COMMAND} has no message before step 0 of episode {index}")
+        ver_idx = np.searchsorted(version_t, step_t, side="right") - 1
+        if ver_idx.size and ver_idx[0] < 0:
+            raise BagError(f"{path}: topic {schema.EVENTS} names no model version before episode {index}")
+        episodes.append(
+            {
+                "proprio": obs[lo:hi],
+                "action": act[alo:ahi],
+                "command": cmd[cmd_idx],
+                "step": np.arange(n, dtype=np.int64),
+                "timestamp_ns": step_t.copy(),
+                "model_version": np.array([version_v[i] for i in ver_idx], dtype=str),
+                "success": np.full(n, success, dtype=bool),
+                "episode_index": np.full(n, index, dtype=np.int64),
+            }
+        )
+    if not episodes:
+        raise BagError(f"{path}: no control steps inside any episode (topic {schema.OBSERVATION})")
+    return episodes
