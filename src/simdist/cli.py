@@ -13,6 +13,7 @@ from simdist.errors import SimdistError
 VERBS: dict[str, tuple[str, str]] = {
     "render": ("simdist.sim.render", "write a video or image strip of a rollout"),
     "bench": ("simdist.bench", "measure speed as ratios to a baseline measured in the same run"),
+    "train": ("simdist.train.commands", "pretrain or evaluate the world model"),
 }
 
 

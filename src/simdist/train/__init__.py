@@ -1,0 +1,1 @@
+"""World-model pretraining (single process or DDP), losses, learning-rate schedule and evaluation."""
