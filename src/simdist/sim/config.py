@@ -101,7 +101,6 @@ class TaskConfig:
     peg: PegConfig = field(default_factory=PegConfig)
     camera: CameraConfig = field(default_factory=CameraConfig)
     termination: dict[str, float] = field(default_factory=dict)
-    robot_source: str = "project"
 
     @property
     def substeps(self) -> int:
@@ -131,12 +130,7 @@ def load_task(task: str, overrides: Mapping[str, Any] | None = None) -> TaskConf
     if task not in available("tasks"):
         raise ConfigError(f"unknown task '{task}' (valid: {', '.join(available('tasks'))})")
     raw = load_named("tasks", task)
-    overrides = dict(overrides or {})
-    # `robot.source=menagerie` is the documented switch; it maps onto the flat key.
-    if "robot.source" in overrides:
-        overrides["robot_source"] = overrides.pop("robot.source")
-    raw.setdefault("robot_source", "project")
-    data = apply_overrides(raw, overrides, open_keys=["profiles", "profiles.*", "nominal", "randomisation"])
+    data = apply_overrides(raw, dict(overrides or {}), open_keys=["profiles", "profiles.*", "nominal", "randomisation"])
     cfg = build(TaskConfig, data)
     _check_params(task, "nominal", cfg.nominal)
     _check_params(task, "randomisation", cfg.randomisation)
@@ -145,8 +139,6 @@ def load_task(task: str, overrides: Mapping[str, Any] | None = None) -> TaskConf
     for name, bounds in cfg.randomisation.items():
         if len(bounds) != 2 or bounds[0] > bounds[1]:
             raise ConfigError(f"randomisation.{name} must be [low, high] with low <= high, got {bounds}")
-    if cfg.robot_source not in ("project", "menagerie"):
-        raise ConfigError(f"robot.source must be 'project' or 'menagerie', got '{cfg.robot_source}'")
     if cfg.peg.range_name not in cfg.peg.ranges:
         raise ConfigError(f"peg.range_name '{cfg.peg.range_name}' unknown (valid: {', '.join(cfg.peg.ranges)})")
     if cfg.robot not in ("go2", "ur5e"):

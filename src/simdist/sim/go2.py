@@ -33,14 +33,6 @@ PRIVILEGED_PARAMS = (
 )
 
 
-def go2_spec(source: str = "project") -> mujoco.MjSpec:
-    if source == "menagerie":
-        from simdist.sim.menagerie import go2_menagerie_spec
-
-        return go2_menagerie_spec()
-    return mujoco.MjSpec.from_file(str(assets_dir() / "go2.xml"))
-
-
 class Go2Env(SimVecEnv):
     proprio_dim = 35
     command_dim = 3
@@ -48,7 +40,7 @@ class Go2Env(SimVecEnv):
     privileged_dim = 35 + 3 + 1 + len(PRIVILEGED_PARAMS) + 3
 
     def build_model(self) -> mujoco.MjModel:
-        spec = go2_spec(self.cfg.robot_source)
+        spec = mujoco.MjSpec.from_file(str(assets_dir() / "go2.xml"))
         world = spec.worldbody
         spec.option.timestep = self.cfg.physics_dt
         tex = spec.add_texture(name="grid", type=mujoco.mjtTexture.mjTEXTURE_2D, builtin=mujoco.mjtBuiltin.mjBUILTIN_CHECKER,
