@@ -1,0 +1,178 @@
+"""UR5e over RTDE (ur_rtde): joint states, TCP pose and wrench in; servoJ joint targets at the control rate out."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from simdist.errors import RobotConnectionError
+from simdist.hardware.state import JointCommand, RobotState
+
+UR5E_JOINT_NAMES: tuple[str, ...] = (
+    "shoulder_pan_joint",
+    "shoulder_lift_joint",
+    "elbow_joint",
+    "wrist_1_joint",
+    "wrist_2_joint",
+    "wrist_3_joint",
+)
+PIP_PACKAGE = "ur-rtde==1.6.5"
+
+
+def rotvec_to_quaternion(rotvec: np.ndarray) -> np.ndarray:
+    """UR's axis-angle rotation vector (rx, ry, rz) as a unit quaternion (w, x, y, z)."""
+    r = np.asarray(rotvec, dtype=np.float64)
+    angle = float(np.linalg.norm(r))
+    if angle < 1e-12:
+        return np.array([1.0, 0.0, 0.0, 0.0])
+    axis = r / angle
+    return np.concatenate([[np.cos(angle / 2.0)], np.sin(angle / 2.0) * axis])
+
+
+def _import_rtde() -> tuple[Any, Any]:
+    try:
+        import rtde_control
+        import rtde_receive
+    except ImportError:
+        raise RobotConnectionError(
+            f"the UR5e adapter needs ur_rtde: pip install {PIP_PACKAGE} (or pip install 'simdist[hardware]')"
+        ) from None
+    return rtde_receive, rtde_control
+
+
+class UR5eRobot:
+    """A UR5e (e-Series) driven by servoJ; build it with `UR5eRobot.connect(host)`.
+
+    servoJ is given `1 / control_hz` as its time so that the controller interpolates between our targets;
+    `lookahead_time` (0.03-0.2 s) and `gain` (100-2000) are ur_rtde's smoothing and stiffness of the servo.
+    """
+
+    joint_names = UR5E_JOINT_NAMES
+
+    def __init__(
+        self,
+        receive: Any,
+        control: Any | None,
+        *,
+        control_hz: float = 10.0,
+        lookahead_time: float = 0.1,
+        gain: float = 300.0,
+        stop_deceleration: float = 2.0,
+    ) -> None:
+        self._receive = receive
+        self._control = control
+        self.control_hz = float(control_hz)
+        self.lookahead_time = float(lookahead_time)
+        self.gain = float(gain)
+        self.stop_deceleration = float(stop_deceleration)
+        self._servoing = False
+        self._stopped = False
+        self._robot_time: float | None = None
+        self._fresh_at = time.monotonic()
+
+    @classmethod
+    def connect(
+        cls,
+        host: str,
+        *,
+        control_hz: float = 10.0,
+        rtde_hz: float = 500.0,
+        read_only: bool = False,
+        **kwargs: Any,
+    ) -> UR5eRobot:
+        """Open RTDE to the robot at `host` (TCP 30004); `read_only` skips the control script (logging only).
+
+        Raises:
+            RobotConnectionError: ur_rtde is missing, or the robot is unreachable or refuses the control script.
+        """
+        rtde_receive, rtde_control = _import_rtde()
+        try:
+            receive = rtde_receive.RTDEReceiveInterface(host, rtde_hz)
+        except RuntimeError as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise RobotConnectionError(
+                f"UR5e at {host} is unreachable over RTDE (port 30004): {reason}"
+            ) from None
+        control = None
+        if not read_only:
+            try:
+                control = rtde_control.RTDEControlInterface(host, rtde_hz)
+            except RuntimeError as exc:
+                receive.disconnect()
+                reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise RobotConnectionError(
+                    f"UR5e at {host} refused the RTDE control script (remote control enabled?): {reason}"
+                ) from None
+        return cls(receive, control, control_hz=control_hz, **kwargs)
+
+    def read(self) -> RobotState:
+        if not self._receive.isConnected():
+            raise RobotConnectionError("UR5e RTDE connection lost")
+        robot_time = float(self._receive.getTimestamp())
+        now = time.monotonic()
+        # The receive thread keeps returning the last sample when data stops; stamp a sample when it first appears
+        # so that the safety filter sees staleness.
+        if robot_time != self._robot_time:
+            self._robot_time, self._fresh_at = robot_time, now
+        pose = np.asarray(self._receive.getActualTCPPose(), dtype=np.float64)
+        torques = None
+        if self._control is not None and hasattr(self._control, "getJointTorques"):
+            try:
+                torques = np.asarray(self._control.getJointTorques(), dtype=np.float64)
+            except RuntimeError:  # needs a recent PolyScope; the state is complete without it
+                torques = None
+        return RobotState(
+            timestamp=self._fresh_at,
+            joint_positions=self._receive.getActualQ(),
+            joint_velocities=self._receive.getActualQd(),
+            joint_torques=torques if torques is not None and torques.size == 6 else None,
+            tool_pose=np.concatenate([pose[:3], rotvec_to_quaternion(pose[3:6])]),
+            tool_twist=self._receive.getActualTCPSpeed(),
+            tool_wrench=self._receive.getActualTCPForce(),
+            joint_names=self.joint_names,
+            robot_time=robot_time,
+        )
+
+    def _require_control(self) -> Any:
+        if self._control is None:
+            raise RobotConnectionError("UR5e was connected read-only; it cannot be commanded")
+        if self._stopped:
+            raise RobotConnectionError("UR5e was stopped; connect again to command it")
+        return self._control
+
+    def send(self, command: JointCommand) -> None:
+        """servoJ to the joint targets (gains are the controller's own; kp/kd are ignored)."""
+        control = self._require_control()
+        q = [float(v) for v in command.joint_targets]
+        if len(q) != 6:
+            raise ValueError(f"UR5e takes 6 joint targets, got {len(q)}")
+        ok = control.servoJ(q, 0.0, 0.0, 1.0 / self.control_hz, self.lookahead_time, self.gain)
+        if ok is False:
+            raise RobotConnectionError(
+                "UR5e rejected servoJ (protective stop, or the control script stopped)"
+            )
+        self._servoing = True
+
+    def hold(self) -> None:
+        """Leave servo mode decelerating; the controller then holds the arm where it stopped."""
+        control = self._require_control()
+        if self._servoing:
+            control.servoStop(self.stop_deceleration)
+            self._servoing = False
+
+    def stop(self) -> None:
+        """Stop servoing, end the control script and disconnect; safe to call twice."""
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            if self._control is not None:
+                if self._servoing:
+                    self._control.servoStop(self.stop_deceleration)
+                    self._servoing = False
+                self._control.stopScript()
+                self._control.disconnect()
+        finally:
+            self._receive.disconnect()

@@ -1,0 +1,147 @@
+"""SafetyFilter with numbers: limits, rate limits, torque bounds, watchdog, stale and non-finite data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simdist.hardware import JointCommand, RobotState, SafetyFilter, SafetyLimits
+from simdist.hardware import safety as S
+
+HZ = 50.0
+DT = 1.0 / HZ
+
+
+def _limits(**overrides) -> SafetyLimits:
+    values = dict(
+        position_lower=[-1.0, -2.0],
+        position_upper=[1.0, 0.5],
+        max_step=0.1,
+        velocity_limit=[10.0, 2.5],  # joint 1: 2.5 rad/s * 0.02 s = 0.05 rad per step
+        torque_limit=None,
+        watchdog_periods=3,
+        stale_after_s=0.05,
+    )
+    values.update(overrides)
+    return SafetyLimits(**values)
+
+
+def _state(q=(0.0, 0.0), qd=(0.0, 0.0), t=0.0, tau=None) -> RobotState:
+    return RobotState(timestamp=t, joint_positions=q, joint_velocities=qd, joint_torques=tau)
+
+
+def _filter(limits: SafetyLimits | None = None, q=(0.0, 0.0)) -> SafetyFilter:
+    f = SafetyFilter(limits or _limits(), HZ)
+    f.reset(_state(q))
+    return f
+
+
+def test_within_limits_passes_unchanged() -> None:
+    out = _filter().filter(_state(), 0.0, JointCommand([0.05, -0.03], kp=20.0, kd=0.5))
+    assert not out.held and out.flags == frozenset()
+    assert out.command.joint_targets.tolist() == [0.05, -0.03]
+    assert out.command.kp.tolist() == [20.0, 20.0] and out.command.kd.tolist() == [0.5, 0.5]
+
+
+def test_rate_limit_is_the_tighter_of_max_step_and_velocity() -> None:
+    f = _filter()
+    out = f.filter(_state(), 0.0, JointCommand([0.5, -0.5]))
+    assert S.RATE_LIMITED in out.flags and not out.held
+    assert out.command.joint_targets == pytest.approx([0.1, -0.05])
+    # The next step moves on from the last *sent* target, not from the request.
+    out = f.filter(_state(), DT, JointCommand([0.5, -0.5]))
+    assert out.command.joint_targets == pytest.approx([0.2, -0.1])
+
+
+def test_position_limits_clip_after_rate_limit() -> None:
+    f = _filter(q=(0.95, 0.48))
+    out = f.filter(_state((0.95, 0.48)), 0.0, JointCommand([2.0, 0.6]))
+    assert out.command.joint_targets == pytest.approx([1.0, 0.5])
+    assert {S.POSITION_CLIPPED, S.RATE_LIMITED} <= out.flags
+
+
+def test_reset_outside_the_range_starts_from_the_nearest_limit() -> None:
+    f = _filter(q=(1.3, 0.0))
+    out = f.filter(_state((1.3, 0.0)), 0.0, None)  # no command yet: hold
+    assert out.held and out.command.joint_targets.tolist() == [1.0, 0.0]
+
+
+def test_pd_torque_bound_limits_the_target() -> None:
+    # tau = kp (target - q) - kd qd + ff; with kp 20, kd 1, qd 0.5, ff 1, tau_max 3:
+    # target - q <= (3 + 0.5 - 1) / 20 = 0.125 and >= (-3 + 0.5 - 1) / 20 = -0.175.
+    limits = _limits(
+        max_step=1.0, velocity_limit=None, torque_limit=3.0, position_lower=[-5, -5], position_upper=[5, 5]
+    )
+    f = _filter(limits, q=(0.0, 0.0))
+    state = _state((0.0, 0.0), (0.5, 0.5))
+    out = f.filter(state, 0.0, JointCommand([0.8, -0.8], kp=20.0, kd=1.0, torque_ff=1.0))
+    assert S.TORQUE_LIMITED in out.flags
+    assert out.command.joint_targets == pytest.approx([0.125, -0.175])
+    tau = 20.0 * (out.command.joint_targets - 0.0) - 1.0 * 0.5 + 1.0
+    assert np.all(np.abs(tau) <= 3.0 + 1e-12)
+
+
+def test_feed_forward_torque_is_clipped() -> None:
+    limits = _limits(torque_limit=[2.0, 4.0])
+    out = _filter(limits).filter(_state(), 0.0, JointCommand([0.0, 0.0], torque_ff=[-5.0, 3.0]))
+    assert out.command.torque_ff.tolist() == [-2.0, 3.0] and S.TORQUE_LIMITED in out.flags
+
+
+def test_watchdog_holds_after_n_periods_without_a_fresh_command() -> None:
+    f = _filter()
+    first = f.filter(_state(t=0.0), 0.0, JointCommand([0.05, 0.02], kp=30.0))
+    assert not first.held
+    for k in (1, 2, 3):  # the last fresh command is re-sent for up to 3 periods
+        out = f.filter(_state(t=k * DT), k * DT, None)
+        assert not out.held and out.command.joint_targets == pytest.approx([0.05, 0.02])
+    out = f.filter(_state(t=4 * DT), 4 * DT, None)
+    assert out.held and out.flags == {S.WATCHDOG}
+    assert out.command.joint_targets == pytest.approx([0.05, 0.02])  # hold the last sent target: no jump
+    assert out.command.kp.tolist() == [30.0, 30.0]
+    recovered = f.filter(_state(t=5 * DT), 5 * DT, JointCommand([0.06, 0.02]))
+    assert not recovered.held
+
+
+def test_stale_state_holds_and_flags() -> None:
+    f = _filter()
+    fresh = f.filter(_state(t=1.0), 1.04, JointCommand([0.05, 0.0]))
+    assert not fresh.held
+    out = f.filter(_state(t=1.0), 1.06, JointCommand([0.1, 0.0]))
+    assert out.held and S.STALE_STATE in out.flags
+    assert out.command.joint_targets == pytest.approx([0.05, 0.0])
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_command_holds_and_does_not_feed_the_watchdog(bad: float) -> None:
+    f = _filter()
+    f.filter(_state(), 0.0, JointCommand([0.05, 0.0]))
+    out = f.filter(_state(t=DT), DT, JointCommand([bad, 0.0]))
+    assert out.held and S.NON_FINITE_COMMAND in out.flags
+    assert np.all(np.isfinite(out.command.joint_targets))
+    assert f.filter(_state(t=2 * DT), 2 * DT, JointCommand([0.0, 0.0], kp=[1.0, bad])).held
+    # Only non-finite commands since t=0: at 4 periods the watchdog trips even though commands kept coming.
+    out = f.filter(_state(t=4 * DT), 4 * DT, JointCommand([0.0, np.nan]))
+    assert {S.WATCHDOG, S.NON_FINITE_COMMAND} <= out.flags
+
+
+def test_non_finite_state_holds() -> None:
+    out = _filter().filter(_state((np.nan, 0.0)), 0.0, JointCommand([0.0, 0.0]))
+    assert out.held and S.NON_FINITE_STATE in out.flags
+
+
+def test_measured_overspeed_and_overtorque_trip_a_hold() -> None:
+    limits = _limits(torque_limit=[10.0, 10.0])  # trip at 1.2 x limit
+    f = _filter(limits)
+    assert not f.filter(_state(qd=(11.9, 2.9)), 0.0, JointCommand([0.0, 0.0])).held
+    assert S.OVERSPEED in f.filter(_state(qd=(0.0, 3.1)), 0.0, JointCommand([0.0, 0.0])).flags
+    out = f.filter(_state(tau=(-12.5, 0.0)), 0.0, JointCommand([0.0, 0.0]))
+    assert out.held and S.OVERTORQUE in out.flags
+
+
+def test_limits_and_sizes_are_checked() -> None:
+    with pytest.raises(ValueError, match="lower <= upper"):
+        _limits(position_lower=[1.0, 0.0], position_upper=[0.0, 1.0])
+    with pytest.raises(ValueError, match="max_step"):
+        _limits(max_step=[0.1, 0.1, 0.1])
+    with pytest.raises(ValueError, match="3 joints"):
+        _filter().filter(_state((0.0, 0.0, 0.0), (0.0, 0.0, 0.0)), 0.0, None)

@@ -1,0 +1,146 @@
+"""UR5e adapter: unreachable robot, missing package, and the mapping to ur_rtde calls on fake interfaces."""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+import numpy as np
+import pytest
+
+from simdist.errors import RobotConnectionError
+from simdist.hardware import Robot
+from simdist.hardware.state import JointCommand
+from simdist.hardware.ur5e import UR5eRobot, rotvec_to_quaternion
+
+
+class FakeReceive:
+    def __init__(self) -> None:
+        self.time = 10.0
+        self.connected = True
+        self.disconnected = False
+
+    def isConnected(self) -> bool:  # noqa: N802 - ur_rtde's names
+        return self.connected
+
+    def getTimestamp(self) -> float:  # noqa: N802
+        return self.time
+
+    def getActualQ(self) -> list[float]:  # noqa: N802
+        return [0.0, -1.57, 1.57, -1.57, -1.57, 0.0]
+
+    def getActualQd(self) -> list[float]:  # noqa: N802
+        return [0.1] * 6
+
+    def getActualTCPPose(self) -> list[float]:  # noqa: N802
+        return [0.4, -0.1, 0.3, 0.0, 0.0, np.pi / 2]
+
+    def getActualTCPSpeed(self) -> list[float]:  # noqa: N802
+        return [0.0] * 6
+
+    def getActualTCPForce(self) -> list[float]:  # noqa: N802
+        return [1.0, 2.0, 3.0, 0.1, 0.2, 0.3]
+
+    def disconnect(self) -> None:
+        self.disconnected = True
+
+
+class FakeControl:
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def servoJ(self, *args: object) -> bool:  # noqa: N802
+        self.calls.append(("servoJ", *args))
+        return True
+
+    def servoStop(self, a: float) -> bool:  # noqa: N802
+        self.calls.append(("servoStop", a))
+        return True
+
+    def stopScript(self) -> None:  # noqa: N802
+        self.calls.append(("stopScript",))
+
+    def disconnect(self) -> None:
+        self.calls.append(("disconnect",))
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_unreachable_robot_is_one_clear_line() -> None:
+    pytest.importorskip("rtde_receive", reason="ur-rtde not installed")
+    if not _port_free(30004):
+        pytest.skip("something listens on 127.0.0.1:30004 here")
+    with pytest.raises(RobotConnectionError) as info:
+        UR5eRobot.connect("127.0.0.1")
+    message = str(info.value)
+    assert "\n" not in message and "127.0.0.1" in message and "unreachable" in message and "30004" in message
+
+
+def test_missing_package_names_the_pip_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "rtde_control", None)
+    with pytest.raises(RobotConnectionError, match=r"pip install ur-rtde==1\.6\.5"):
+        UR5eRobot.connect("192.0.2.1")
+
+
+def test_rotvec_to_quaternion() -> None:
+    q = rotvec_to_quaternion([0.0, 0.0, np.pi / 2])
+    assert q == pytest.approx([np.cos(np.pi / 4), 0.0, 0.0, np.sin(np.pi / 4)])
+    assert rotvec_to_quaternion([0.0, 0.0, 0.0]).tolist() == [1.0, 0.0, 0.0, 0.0]
+    assert np.linalg.norm(rotvec_to_quaternion([0.3, -1.2, 2.0])) == pytest.approx(1.0)
+
+
+def test_read_maps_rtde_fields_and_detects_a_frozen_stream() -> None:
+    receive = FakeReceive()
+    robot = UR5eRobot(receive, FakeControl(), control_hz=25.0)
+    assert isinstance(robot, Robot)
+    state = robot.read()
+    assert state.joint_positions.tolist() == [0.0, -1.57, 1.57, -1.57, -1.57, 0.0]
+    assert state.tool_pose == pytest.approx([0.4, -0.1, 0.3, np.cos(np.pi / 4), 0.0, 0.0, np.sin(np.pi / 4)])
+    assert state.tool_wrench.tolist() == [1.0, 2.0, 3.0, 0.1, 0.2, 0.3]
+    assert state.robot_time == 10.0 and state.joint_names[0] == "shoulder_pan_joint"
+    # The controller clock did not advance: the state keeps its first arrival time, so it can go stale.
+    assert robot.read().timestamp == state.timestamp
+    receive.time = 10.002
+    assert robot.read().timestamp >= state.timestamp
+    receive.connected = False
+    with pytest.raises(RobotConnectionError, match="connection lost"):
+        robot.read()
+
+
+def test_send_hold_stop_call_servoj_and_stop_once() -> None:
+    control, receive = FakeControl(), FakeReceive()
+    robot = UR5eRobot(receive, control, control_hz=25.0, lookahead_time=0.05, gain=500.0)
+    robot.hold()  # nothing to stop before servoing
+    robot.send(JointCommand([0.1, 0.2, 0.3, 0.4, 0.5, 0.6], kp=99.0))
+    name, q, speed, accel, t, lookahead, gain = control.calls[0]
+    assert name == "servoJ" and q == [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
+    assert (t, lookahead, gain) == (pytest.approx(0.04), 0.05, 500.0)
+    robot.hold()
+    robot.hold()
+    assert [c[0] for c in control.calls] == ["servoJ", "servoStop"]
+    robot.send(JointCommand(np.zeros(6)))
+    robot.stop()
+    robot.stop()
+    assert [c[0] for c in control.calls] == [
+        "servoJ",
+        "servoStop",
+        "servoJ",
+        "servoStop",
+        "stopScript",
+        "disconnect",
+    ]
+    assert receive.disconnected
+    with pytest.raises(RobotConnectionError, match="stopped"):
+        robot.send(JointCommand(np.zeros(6)))
+    with pytest.raises(ValueError, match="6 joint targets"):
+        UR5eRobot(FakeReceive(), FakeControl()).send(JointCommand(np.zeros(5)))
+
+
+def test_read_only_connection_cannot_command() -> None:
+    robot = UR5eRobot(FakeReceive(), None)
+    assert robot.read().joint_torques is None
+    with pytest.raises(RobotConnectionError, match="read-only"):
+        robot.send(JointCommand(np.zeros(6)))
