@@ -108,3 +108,16 @@ def test_action_count_must_match_observations(tmp_path: Path) -> None:
     msgtype, actions = topics[schema.ACTION]
     topics[schema.ACTION] = (msgtype, actions[:-1])
     _refused(write_raw(tmp_path / "bag", topics), schema.ACTION, "episode 0")
+
+
+def test_command_published_less_often_is_held_per_step(tmp_path: Path) -> None:
+    ts = conversions.typestore_for("jazzy")
+    topics = good_topics(4)  # ticks at 100, 110, 120, 130
+    topics[schema.COMMAND] = (
+        schema.VECTOR_TYPE,
+        [(90, conversions.vector_msg(ts, [1.0])), (115, conversions.vector_msg(ts, [2.0]))],
+    )
+    (episode,) = read_episodes(write_raw(tmp_path / "ok", topics))
+    assert episode["command"][:, 0].tolist() == [1.0, 1.0, 2.0, 2.0]
+    topics[schema.COMMAND] = (schema.VECTOR_TYPE, [(105, conversions.vector_msg(ts, [1.0]))])
+    _refused(write_raw(tmp_path / "late", topics), schema.COMMAND, "before step 0")

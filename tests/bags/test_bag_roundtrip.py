@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -192,3 +195,31 @@ def test_next_run_dir_picks_the_next_free_number(tmp_path: Path) -> None:
     (tmp_path / "run_99").mkdir()
     assert next_run_dir(tmp_path).name == "run_100"
     assert not (tmp_path / "run_100").exists()
+
+
+def test_real_sigint_to_a_recording_process_leaves_a_readable_bag(tmp_path: Path) -> None:
+    path = tmp_path / "run_01"
+    code = (
+        "import sys, time\n"
+        "from simdist.bags import BagWriter\n"
+        f"with BagWriter({str(path)!r}, robot='go2') as bag:\n"
+        "    bag.start_episode(model_version='v1')\n"
+        "    i = 0\n"
+        "    while True:\n"
+        "        bag.append(observation=[float(i)], action=[0.0], command=[0.0])\n"
+        "        if i == 3:\n"
+        "            print('recording', flush=True)\n"
+        "        i += 1\n"
+        "        time.sleep(0.002)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "recording"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err
+    (episode,) = read_episodes(path)
+    ticks = episode["proprio"][:, 0]
+    assert len(ticks) >= 4 and ticks.tolist() == list(range(len(ticks)))
+    assert not episode["success"].any()

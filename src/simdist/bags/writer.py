@@ -282,7 +282,8 @@ class BagWriter:
 @contextmanager
 def _sigint_deferred() -> Iterator[None]:
     """Hold back SIGINT while the bag is being finalised; re-raise it afterwards (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
+        # Signal handlers can only be swapped on the main thread, and a handler installed from C cannot be restored.
         yield
         return
     received: list[tuple[int, Any]] = []
