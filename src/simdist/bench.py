@@ -10,6 +10,7 @@ from typing import Any
 # what -> module with `bench(args) -> dict` and `summary(result) -> str`
 TARGETS: dict[str, str] = {
     "sim": "simdist.sim.bench",
+    "planner": "simdist.plan.bench",
 }
 
 
@@ -21,6 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default=None, help="planner config (bench planner)")
     parser.add_argument("--num-envs", type=int, default=None, help="vector env size")
     parser.add_argument("--seconds", type=float, default=None, help="measurement time per variant")
+    parser.add_argument("--ticks", type=int, default=None, help="measured control ticks (bench planner)")
+    parser.add_argument("--model", default=None, metavar="DIR", help="world-model checkpoint (bench planner)")
+    parser.add_argument("--breakdown", action="store_true", help="time per model part (bench planner)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 

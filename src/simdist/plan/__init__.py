@@ -1,7 +1,7 @@
 """MPPI planning through the world model, real-time on a CPU."""
 
-from simdist.plan.config import PlannerConfig, load_planner_config
-from simdist.plan.mppi import ActionLimits, Plan, Planner, PlanStats
+from simdist.plan.config import ActionLimits, PlannerConfig, load_planner_config, task_action_limits
+from simdist.plan.mppi import Plan, Planner, PlanStats
 from simdist.plan.protocol import Context, PlanningModel
 
 __all__ = [
@@ -13,4 +13,5 @@ __all__ = [
     "PlannerConfig",
     "PlanningModel",
     "load_planner_config",
+    "task_action_limits",
 ]

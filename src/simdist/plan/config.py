@@ -8,12 +8,27 @@ parent top level, parent robot section, own top level, own robot section, then `
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from simdist.config import apply_overrides, build, load_named
 from simdist.errors import ConfigError
+
+Limit = float | Sequence[float] | None
+
+
+@dataclass(frozen=True)
+class ActionLimits:
+    """Per-dimension action bounds and the largest change per control step, in raw action units.
+
+    `max_delta` limits both the first action against the previously executed one and consecutive plan steps.
+    A scalar applies to every dimension; None means unlimited.
+    """
+
+    low: Limit = None
+    high: Limit = None
+    max_delta: Limit = None
 
 
 @dataclass(frozen=True)
@@ -96,3 +111,20 @@ def load_planner_config(name: str, robot: str, overrides: Mapping[str, Any] | No
     if overrides:
         data = apply_overrides(data, overrides)
     return build(PlannerConfig, data, "planner")
+
+
+# Largest change of an action per control step, in raw action units, until the task YAMLs carry
+# `action_max_delta`: Go2 1.0 (x 0.25 rad = 12.5 rad/s at 50 Hz, under the motors' ~30 rad/s),
+# UR5e 0.5 (half the +-1 range per 100 ms step).
+DEFAULT_MAX_DELTA = {"go2": 1.0, "ur5e": 0.5}
+
+
+def task_action_limits(task: Mapping[str, Any]) -> ActionLimits:
+    """Bounds +-`action_clip` and the rate limit `action_max_delta` (else the robot's default) of a task YAML."""
+    clip = task.get("action_clip")
+    max_delta = task.get("action_max_delta", DEFAULT_MAX_DELTA.get(str(task.get("robot"))))
+    return ActionLimits(
+        low=None if clip is None else -float(clip),
+        high=None if clip is None else float(clip),
+        max_delta=None if max_delta is None else float(max_delta),
+    )

@@ -6,30 +6,14 @@ the action bounds and rate limits, so the refitted mean (a convex combination of
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from simdist.errors import ConfigError
-from simdist.plan.config import PlannerConfig
+from simdist.plan.config import ActionLimits, Limit, PlannerConfig
 from simdist.plan.protocol import Context, PlanningModel
-
-Limit = float | Sequence[float] | None
-
-
-@dataclass(frozen=True)
-class ActionLimits:
-    """Per-dimension action bounds and the largest change per control step, in raw action units.
-
-    `max_delta` limits both the first action against the previously executed one and consecutive plan steps.
-    A scalar applies to every dimension; None means unlimited.
-    """
-
-    low: Limit = None
-    high: Limit = None
-    max_delta: Limit = None
 
 
 @dataclass(frozen=True)
@@ -147,24 +131,24 @@ class Planner:
             )
         return cmd.expand(1, self.horizon, cmd.shape[2]).contiguous()
 
-    def _project(self, x: Tensor, prev: Tensor | None) -> Tensor:
-        """Feasible chunks (n,T,A): each step clipped to the bounds, then to within max_delta of the step before.
+    def _project_(self, x: Tensor, prev: Tensor | None) -> None:
+        """Make chunks (n,T,A) feasible in place: each step clipped to the bounds, then to within max_delta of the
+        step before it (the first: of `prev`).
 
         The result equals clipping each step to the intersection of both intervals in turn (what a rate-limited
         actuator tracking the sample would do): a value inside the bounds, clipped towards a previous step that is
         also inside them, stays inside. A sequential loop, because a cumulative-sum projection would lose a
-        sample's offset for good once a step is clipped.
+        sample's offset for good once one step is clipped.
         """
-        x = x.clamp(self._low, self._high)
+        torch.clamp(x, self._low, self._high, out=x)
         if self._max_delta is None:
-            return x
+            return
         last = prev
         for k in range(x.shape[1]):
             step = x[:, k]
             if last is not None:
                 step.clamp_(last - self._max_delta, last + self._max_delta)
             last = step
-        return x
 
     def _evaluate_eager(self, ctx: Context, actions: Tensor, command: Tensor) -> Tensor:
         latents = self.model.predict(ctx, actions)
@@ -197,16 +181,13 @@ class Planner:
 
         policy = self.model.propose(ctx, cmd).reshape(horizon, self.act_dim).to(self.device, torch.float32)
         policy_ok = bool(torch.isfinite(policy).all())
-        if policy_ok:
-            policy = self._project(policy[None], prev)[0]
-        else:
+        if not policy_ok:
             flags.append("policy_nonfinite")
 
         warm = self._last is not None and elapsed < horizon
         if warm:
             assert self._last is not None
-            shifted = torch.cat([self._last[elapsed:], self._last[-1:].expand(elapsed, -1)])
-            mean = self._project(shifted[None], prev)[0]
+            mean = torch.cat([self._last[elapsed:], self._last[-1:].expand(elapsed, -1)])
         elif policy_ok:
             mean = policy
         else:
@@ -220,7 +201,6 @@ class Planner:
             torch.randn(extra.shape, generator=self._generator, out=extra)
             extra.mul_(cfg.policy_std).add_(policy)
             extra[0] = policy  # the base policy's chunk itself always competes
-            extra.copy_(self._project(extra, prev))
             n_extra = n_policy
         contexts = {n: ctx.expand(n) for n in {n_gauss, n_gauss + n_extra}}
         commands = {n: cmd.expand(n, -1, -1) for n in contexts}
@@ -232,9 +212,10 @@ class Planner:
             torch.randn(gauss.shape, generator=self._generator, out=gauss)
             gauss.mul_(std).add_(mean)
             gauss[0] = mean  # the current mean (at first: the warm start) is always evaluated
-            gauss.copy_(self._project(gauss, prev))
-            # new samples, plus at first the policy samples, in one forward pass; carried ones keep their scores
+            # new samples, plus at first the policy samples, projected and scored together; carried ones keep
+            # their projection and score
             n_eval = n_gauss + (n_extra if iteration == 0 else 0)
+            self._project_(pool[:n_eval], prev)
             new_scores = self._evaluate(contexts[n_eval], pool[:n_eval], commands[n_eval])
             finite = torch.isfinite(new_scores)
             n_bad = int(n_eval - finite.sum())
@@ -260,7 +241,11 @@ class Planner:
                 n_extra = cfg.elites
         if nonfinite:
             flags.append("nonfinite_scores")
-        actions = self._project(mean[None], prev)[0]
+        # a convex combination of feasible chunks is feasible; clip away the rounding, re-project only if a bug
+        # (or rounding beyond 1e-6) broke a rate limit
+        actions = mean.clamp(self._low, self._high)
+        if self._rate_violation(actions, prev) > 1e-6:
+            self._project_(actions[None], prev)
         if not bool(
             torch.isfinite(actions).all()
         ):  # cannot happen with finite elites; never return nan anyway
@@ -268,6 +253,12 @@ class Planner:
                 policy if policy_ok else None, prev, elapsed, cfg.iterations, nonfinite, flags
             )
         return self._finish(actions, prev, warm, elapsed, cfg.iterations, float(best), nonfinite, None, flags)
+
+    def _rate_violation(self, actions: Tensor, prev: Tensor | None) -> float:
+        if self._max_delta is None:
+            return 0.0
+        steps = torch.diff(actions, dim=0) if prev is None else torch.diff(actions, dim=0, prepend=prev[None])
+        return float((steps.abs() - self._max_delta).max())
 
     def _hold(self, prev: Tensor | None) -> Tensor:
         """Repeat the previous action; with none known, the point of the bounds nearest to zero."""
@@ -285,7 +276,8 @@ class Planner:
     ) -> Plan:
         flags.append("nonfinite_scores")
         kind = "policy" if policy is not None else "hold"
-        actions = policy if policy is not None else self._hold(prev)
+        actions = policy.clone() if policy is not None else self._hold(prev)
+        self._project_(actions[None], prev)
         plan = self._finish(actions, prev, False, elapsed, iterations, float("nan"), nonfinite, kind, flags)
         self._last = None  # never warm-start from a plan the model could not score
         return plan

@@ -1,0 +1,261 @@
+"""`simdist bench planner`: tick latency (context + plan) of the planner through the world model, as a ratio to the
+control period, with the authors' `gpu` settings measured in the same run as the baseline.
+
+Without `--model` the world model is the `default` preset with random weights: latency only, no quality claim.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from simdist.config import parse_overrides, read_yaml
+from simdist.errors import ConfigError
+from simdist.paths import config_dir
+from simdist.plan.config import PlannerConfig, load_planner_config, task_action_limits
+from simdist.plan.mppi import Planner
+
+# (observation, action, command) sizes and control rates, for tasks without a YAML
+ROBOTS: dict[str, dict[str, Any]] = {
+    "go2": {"dims": {"obs_dim": 35, "act_dim": 12, "cmd_dim": 3}, "control_hz": 50, "action_clip": 4.0},
+    "ur5e": {"dims": {"obs_dim": 31, "act_dim": 4, "cmd_dim": 4}, "control_hz": 10, "action_clip": 1.0},
+}
+BASELINE = "gpu"
+MODEL_PRESET = "default"
+PROFILED_PARTS = ("encoder", "history_tokens", "dynamics", "reward", "value", "policy")
+
+
+def task_settings(task: str) -> dict[str, Any]:
+    """The task YAML (robot, control_hz, action_clip, ...), or the robot's table entry for a bare robot name."""
+    path = config_dir() / "tasks" / f"{task}.yaml"
+    data = read_yaml(path) if path.is_file() else {}
+    robot = data.get("robot", task.split("_")[0])
+    if robot not in ROBOTS:
+        tasks = sorted(p.stem for p in (config_dir() / "tasks").glob("*.yaml"))
+        raise ConfigError(f"unknown task '{task}' (valid: {', '.join(tasks + sorted(ROBOTS))})")
+    settings = {"task": task, "robot": robot, **ROBOTS[robot]}
+    settings.update({k: v for k, v in data.items() if k in ("control_hz", "action_clip", "action_max_delta")})
+    return settings
+
+
+def _model(settings: dict[str, Any], model_dir: str | None) -> tuple[torch.nn.Module, dict[str, Any]]:
+    if model_dir:
+        from simdist.model import load_checkpoint, read_description
+
+        model = load_checkpoint(model_dir)
+        info = {
+            "source": str(Path(model_dir)),
+            "trained": True,
+            "task": read_description(model_dir).get("task"),
+        }
+    else:
+        from simdist.model import WorldModel, load_model_config
+
+        torch.manual_seed(0)
+        model = WorldModel.build(settings["dims"], load_model_config(MODEL_PRESET))
+        info = {"source": f"config/model/{MODEL_PRESET}.yaml", "trained": False}
+    model.eval()
+    info["parameters"] = sum(p.numel() for p in model.parameters())
+    return model, info
+
+
+def _inputs(model: Any, count: int = 16, seed: int = 0) -> list[tuple[torch.Tensor, ...]]:
+    """Varied histories (some with padded starts) and commands, so no tick replays a cached answer."""
+    gen = torch.Generator().manual_seed(seed)
+    h, o, a, c = model.history, model.obs_dim, model.act_dim, model.cmd_dim
+    out = []
+    for i in range(count):
+        mask = torch.ones(1, h, dtype=torch.bool)
+        mask[:, : (i * 3) % h] = False
+        out.append(
+            (
+                torch.randn(1, h, o, generator=gen),
+                0.5 * torch.randn(1, h, a, generator=gen),
+                mask,
+                torch.randn(1, o, generator=gen),
+                torch.rand(c, generator=gen),
+            )
+        )
+    return out
+
+
+def _busy_ticks() -> int:
+    """Busy CPU time of the whole machine in clock ticks (every process, not just this one)."""
+    with open("/proc/stat") as fh:
+        fields = [int(x) for x in fh.readline().split()[1:]]
+    return sum(fields) - fields[3] - fields[4]  # minus idle and iowait
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def measure(
+    model: Any, config: PlannerConfig, settings: dict[str, Any], *, ticks: int, warmup: int
+) -> dict[str, Any]:
+    """Latency of `ticks` full ticks (context + act) after `warmup` ones, in ms, and the machine's other load."""
+    torch.set_num_threads(config.num_threads or _DEFAULT_THREADS)
+    planner = Planner(model, config, limits=task_action_limits(settings), seed=0)
+    inputs = _inputs(model)
+    total, context = [], []
+    fallbacks = 0
+    own0, busy0, wall0 = sum(os.times()[:2]), _busy_ticks(), time.perf_counter()
+    for i in range(warmup + ticks):
+        if i == warmup:
+            own0, busy0, wall0 = sum(os.times()[:2]), _busy_ticks(), time.perf_counter()
+        obs_hist, act_hist, mask, obs, command = inputs[i % len(inputs)]
+        start = time.perf_counter()
+        with torch.inference_mode():
+            ctx = model.context(obs_hist, act_hist, mask, obs)
+        mid = time.perf_counter()
+        plan = planner.act(ctx, command)
+        end = time.perf_counter()
+        if i >= warmup:
+            total.append(1e3 * (end - start))
+            context.append(1e3 * (mid - start))
+            fallbacks += plan.stats.fallback is not None
+    wall = time.perf_counter() - wall0
+    hz = os.sysconf("SC_CLK_TCK")
+    other = (_busy_ticks() - busy0) / hz - (sum(os.times()[:2]) - own0)
+    period = 1e3 / settings["control_hz"]
+    evaluated = config.num_samples * config.iterations + config.num_policy_samples
+    return {
+        "ticks": ticks,
+        "p50_ms": statistics.median(total),
+        "p90_ms": _percentile(total, 0.90),
+        "p99_ms": _percentile(total, 0.99),
+        "max_ms": max(total),
+        "context_p50_ms": statistics.median(context),
+        "p99_to_period": _percentile(total, 0.99) / period,
+        "missed_deadlines": sum(t > period for t in total) / ticks,
+        "samples_per_tick": evaluated,
+        "iterations": config.iterations,
+        "threads": torch.get_num_threads(),
+        "fallbacks": fallbacks,
+        # CPU seconds per second used by other processes meanwhile (2.0 = both cores taken from us)
+        "other_load": max(0.0, other / wall),
+    }
+
+
+def profile(model: Any, config: PlannerConfig, settings: dict[str, Any], *, ticks: int) -> dict[str, float]:
+    """Share of tick time per model part (forward hooks) and for the planner's own work (the rest)."""
+    torch.set_num_threads(config.num_threads or _DEFAULT_THREADS)
+    spent: dict[str, float] = defaultdict(float)
+    starts: dict[str, float] = {}
+    handles = []
+    for name in PROFILED_PARTS:
+        part = getattr(model, name, None)
+        if isinstance(part, torch.nn.Module):
+            handles.append(part.register_forward_pre_hook(_pre(name, starts)))
+            handles.append(part.register_forward_hook(_post(name, starts, spent)))
+    planner = Planner(model, config, limits=task_action_limits(settings), seed=0)
+    inputs = _inputs(model)
+    whole = 0.0
+    try:
+        for i in range(ticks + 3):
+            obs_hist, act_hist, mask, obs, command = inputs[i % len(inputs)]
+            if i == 3:
+                spent.clear()
+            start = time.perf_counter()
+            with torch.inference_mode():
+                ctx = model.context(obs_hist, act_hist, mask, obs)
+            planner.act(ctx, command)
+            if i >= 3:
+                whole += time.perf_counter() - start
+    finally:
+        for handle in handles:
+            handle.remove()
+    shares = {name: spent[name] / whole for name in PROFILED_PARTS if name in spent}
+    shares["rest (planner, normaliser, glue)"] = 1.0 - sum(shares.values())
+    return shares
+
+
+def _pre(name: str, starts: dict[str, float]) -> Callable[..., None]:
+    def hook(*_: Any) -> None:
+        starts[name] = time.perf_counter()
+
+    return hook
+
+
+def _post(name: str, starts: dict[str, float], spent: dict[str, float]) -> Callable[..., None]:
+    def hook(*_: Any) -> None:
+        spent[name] += time.perf_counter() - starts[name]
+
+    return hook
+
+
+_DEFAULT_THREADS = torch.get_num_threads()
+
+
+def bench(args: argparse.Namespace) -> dict[str, Any]:
+    settings = task_settings(args.task)
+    name = args.config or "cpu"
+    overrides = parse_overrides(getattr(args, "overrides", []) or [])
+    ticks = getattr(args, "ticks", None) or 500
+    model, model_info = _model(settings, getattr(args, "model", None))
+    configs = {name: load_planner_config(name, settings["robot"], overrides)}
+    if name != BASELINE:
+        configs[BASELINE] = load_planner_config(BASELINE, settings["robot"])
+    result: dict[str, Any] = {
+        "task": settings["task"],
+        "robot": settings["robot"],
+        "control_hz": settings["control_hz"],
+        "period_ms": 1e3 / settings["control_hz"],
+        "model": model_info,
+        "quality": "not measured: needs a trained model (--model DIR) and closed-loop rollouts",
+        "cpu_count": os.cpu_count(),
+        "configs": {},
+    }
+    for config_name, config in configs.items():
+        baseline_only = config_name == BASELINE and name != BASELINE
+        # the authors' settings take ~1 s a tick here: a short run is enough for a ratio
+        n = min(ticks, 30) if baseline_only else ticks
+        result["configs"][config_name] = measure(
+            model, config, settings, ticks=n, warmup=3 if baseline_only else 20
+        )
+    if name != BASELINE:
+        result["speedup_p50_vs_gpu_config"] = (
+            result["configs"][BASELINE]["p50_ms"] / result["configs"][name]["p50_ms"]
+        )
+    if getattr(args, "breakdown", False):
+        result["profile"] = {name: profile(model, configs[name], settings, ticks=min(ticks, 100))}
+    torch.set_num_threads(_DEFAULT_THREADS)
+    return result
+
+
+def summary(result: dict[str, Any]) -> str:
+    model = result["model"]
+    weights = "trained" if model["trained"] else "RANDOM weights (no trained model yet): latency only"
+    lines = [
+        f"planner tick latency, {result['task']} ({result['robot']}), {result['control_hz']} Hz = "
+        f"{result['period_ms']:.0f} ms period; world model {model['source']}, {model['parameters']} parameters, {weights}",
+        f"{'config':8} {'ticks':>5} {'samples':>7} {'iters':>5} {'thr':>3} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'max ms':>8} {'p99/period':>10} {'missed':>7} {'ctx ms':>7} {'other load':>10}",
+    ]
+    for name, r in result["configs"].items():
+        lines.append(
+            f"{name:8} {r['ticks']:5d} {r['samples_per_tick']:7d} {r['iterations']:5d} {r['threads']:3d} "
+            f"{r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {r['max_ms']:8.2f} {r['p99_to_period']:10.2f} "
+            f"{100 * r['missed_deadlines']:6.1f}% {r['context_p50_ms']:7.2f} {r['other_load']:10.2f}"
+        )
+    if "speedup_p50_vs_gpu_config" in result:
+        lines.append(
+            f"speed-up of p50 over the gpu config in this run: {result['speedup_p50_vs_gpu_config']:.1f}x"
+        )
+    for name, shares in result.get("profile", {}).items():
+        parts = ", ".join(f"{part} {100 * share:.0f}%" for part, share in shares.items())
+        lines.append(f"profile ({name}): {parts}")
+    lines.append(f"quality: {result['quality']}")
+    lines.append(
+        "other load: CPU seconds per second used by other processes during the run (high = numbers inflated)"
+    )
+    return "\n".join(lines)
