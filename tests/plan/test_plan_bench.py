@@ -1,0 +1,45 @@
+"""`bench planner` pieces that need no timing: task settings and a tiny measured run's report."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from simdist.errors import ConfigError
+from simdist.model import WorldModel, load_model_config
+from simdist.plan import bench as plan_bench
+from simdist.plan.config import PlannerConfig
+
+
+def test_task_settings_come_from_the_task_yaml_or_the_robot_table() -> None:
+    assert plan_bench.task_settings("go2_slope")["control_hz"] == 50
+    assert plan_bench.task_settings("ur5e_peg")["control_hz"] == 10
+    assert plan_bench.task_settings("ur5e")["robot"] == "ur5e"
+    with pytest.raises(ConfigError, match="unknown task 'mars_rover'"):
+        plan_bench.task_settings("mars_rover")
+
+
+def test_a_tiny_run_reports_every_number_the_summary_prints() -> None:
+    settings = plan_bench.task_settings("ur5e")
+    torch.manual_seed(0)
+    model = WorldModel.build(settings["dims"], load_model_config("tiny")).eval()
+    cfg = PlannerConfig(8, 2, 0.05, 2, 4, 0.25, 1.0, 0.05, model.horizon, 0.99, keep_elites=True)
+    result = plan_bench.measure(model, cfg, settings, ticks=5, warmup=1)
+    assert result["ticks"] == 5 and result["fallbacks"] == 0
+    assert result["p50_ms"] <= result["p99_ms"] <= result["max_ms"]
+    assert result["samples_per_tick"] == 8 * 2 + 2
+    shares = plan_bench.profile(model, cfg, settings, ticks=2)
+    assert {"dynamics", "reward", "value", "policy"} <= set(shares)
+    assert abs(sum(shares.values()) - 1.0) < 1e-9
+    report = {
+        "task": "ur5e",
+        "robot": "ur5e",
+        "control_hz": 10,
+        "period_ms": 100.0,
+        "model": {"source": "tiny", "trained": False, "parameters": 1},
+        "quality": "not measured",
+        "configs": {"cpu": result},
+        "profile": {"cpu": shares},
+    }
+    text = plan_bench.summary(report)
+    assert "RANDOM weights" in text and "dynamics" in text and "cpu" in text
