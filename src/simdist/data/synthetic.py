@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 
 
@@ -62,3 +65,16 @@ def linear_system_episodes(
             episode["image"] = rng.integers(0, 255, (n, 64, 64, 3), dtype=np.uint8)
         out.append((episode, {"gain": gain, "noise_std": noise_std}))
     return out
+
+
+def write_linear_dataset(
+    out_dir: str | Path, num_episodes: int, *, steps_per_shard: int = 200, task: str = "linear", **kwargs: Any
+) -> Path:
+    """A complete synthetic dataset folder (several shards) for tests and smoke runs."""
+    from simdist.data.writer import ShardWriter
+
+    info = {"task": task, "preset": "synthetic", "config_hash": "synthetic"}
+    with ShardWriter(out_dir, info, steps_per_shard=steps_per_shard) as writer:
+        for episode, params in linear_system_episodes(num_episodes, **kwargs):
+            writer.add_episode(episode, params)
+    return Path(out_dir)

@@ -27,7 +27,9 @@ class SelfAttention(nn.Module):
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
         self.heads = heads
-        self.qkv = nn.Linear(dim, 3 * dim)
+        self.qkv = nn.Linear(
+            dim, 3 * dim, bias=False
+        )  # a key bias has zero gradient; Adam would amplify its noise
         self.out = nn.Linear(dim, dim)
 
     def forward(self, x: torch.Tensor, *, causal: bool) -> torch.Tensor:
@@ -43,7 +45,7 @@ class CrossAttention(nn.Module):
         self.heads = heads
         self.norm_context = nn.LayerNorm(dim)
         self.q = nn.Linear(dim, dim)
-        self.kv_proj = nn.Linear(dim, 2 * dim)
+        self.kv_proj = nn.Linear(dim, 2 * dim, bias=False)
         self.out = nn.Linear(dim, dim)
 
     def kv(self, context: torch.Tensor) -> KV:

@@ -101,8 +101,17 @@ class Trainer:
     def resume(self, out_dir: Path) -> None:
         """Load weights and optimiser from `out_dir` and continue after their step."""
         description = read_description(out_dir)
+        if description.get("extra", {}).get("setup_hash") != self.setup.hash():
+            raise CheckpointError(
+                f"{out_dir / CONFIG_NAME}: written by a run with other settings (preset or --set differ)"
+            )
         saved = load_checkpoint(out_dir)
-        self.model.load_state_dict(saved.state_dict())
+        try:
+            self.model.load_state_dict(saved.state_dict())
+        except RuntimeError as exc:
+            raise CheckpointError(
+                f"{out_dir}: does not fit this model ({str(exc).splitlines()[0]})"
+            ) from None
         step = load_optimizer(out_dir / STATE_NAME, self.optimizer, setup_hash=self.setup.hash())
         if description.get("extra", {}).get("step") != step:
             raise CheckpointError(
