@@ -1,4 +1,9 @@
-"""UR5e over RTDE (ur_rtde): joint states, TCP pose and wrench in; servoJ joint targets at the control rate out."""
+"""UR5e over RTDE (ur_rtde): joint states, TCP pose and wrench in; servoJ joint targets or servoL tool poses out.
+
+servoL is the Cartesian path the peg task uses: the task's tool deltas become a TCP pose target and the UR
+controller's own IK tracks it at its servo rate, as the simulator's IK does at the physics rate. The TCP must be
+the peg tip (set it on the teach pendant or with RTDEControlInterface.setTcp) for poses to match the task's.
+"""
 
 from __future__ import annotations
 
@@ -29,6 +34,19 @@ def rotvec_to_quaternion(rotvec: np.ndarray) -> np.ndarray:
         return np.array([1.0, 0.0, 0.0, 0.0])
     axis = r / angle
     return np.concatenate([[np.cos(angle / 2.0)], np.sin(angle / 2.0) * axis])
+
+
+def quaternion_to_rotvec(quaternion: np.ndarray) -> np.ndarray:
+    """A unit quaternion (w, x, y, z) as UR's axis-angle rotation vector (angle in [0, pi])."""
+    q = np.asarray(quaternion, dtype=np.float64)
+    q = q / np.linalg.norm(q)
+    if q[0] < 0:
+        q = -q
+    sin_half = float(np.linalg.norm(q[1:]))
+    if sin_half < 1e-12:
+        return np.zeros(3)
+    angle = 2.0 * np.arctan2(sin_half, q[0])
+    return q[1:] / sin_half * angle
 
 
 def _import_rtde() -> tuple[Any, Any]:
@@ -153,6 +171,20 @@ class UR5eRobot:
             raise RobotConnectionError(
                 "UR5e rejected servoJ (protective stop, or the control script stopped)"
             )
+        self._servoing = True
+
+    def send_tool_pose(self, pose: np.ndarray) -> None:
+        """servoL to a TCP pose (x, y, z, rx, ry, rz) in the base frame (m, axis-angle rad).
+
+        The controller interpolates towards it over one control period and solves the IK itself at its servo rate.
+        """
+        control = self._require_control()
+        p = [float(v) for v in np.asarray(pose, dtype=np.float64).reshape(-1)]
+        if len(p) != 6 or not np.all(np.isfinite(p)):
+            raise ValueError(f"UR5e servoL takes 6 finite values (x, y, z, rx, ry, rz), got {p}")
+        ok = control.servoL(p, 0.0, 0.0, 1.0 / self.control_hz, self.lookahead_time, self.gain)
+        if ok is False:
+            raise RobotConnectionError("UR5e rejected servoL (protective stop, or the control script stopped)")
         self._servoing = True
 
     def hold(self) -> None:

@@ -1,0 +1,252 @@
+"""`SimRobot`: one member of a MuJoCo task env behind the `Robot` protocol, the embedded default robot `sim:<profile>`.
+
+It measures what the real robot measures (a `RobotState`, with the task's sensor noise added to the raw fields)
+and takes the task action in task units (`send_action`): Go2 joint offsets, UR5e Cartesian tool deltas that the
+simulator turns into joint targets by IK at the physics rate. `send(JointCommand)` also works, so the hardware
+path (safety filter, joint targets) can run against it.
+
+Lockstep (default): every `send_action` advances the physics by one control period and `timestamp` is the
+simulated clock. Real time (`start()`): a physics thread steps at the control rate with the latest action held,
+like a robot's own servo loop, and `timestamp` is `time.monotonic()`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import mujoco
+import numpy as np
+
+from simdist.hardware.state import JointCommand, RobotState
+
+GO2_LEGS = ("FR", "FL", "RR", "RL")
+
+
+class SimRobot:
+    """A simulated Go2 or UR5e for a task and dynamics profile.
+
+    Args:
+        task, profile, seed, overrides: as for `simdist.sim.make_env` (one env member).
+        commands: optional task commands given to successive episodes in turn (e.g. the Go2's evaluation speeds);
+            default: the env's own command of each episode.
+        realtime: step the physics in a thread at the control rate (call `start()`), instead of in `send_action`.
+    """
+
+    def __init__(
+        self,
+        task: str,
+        profile: str = "sim",
+        *,
+        seed: int = 0,
+        overrides: Mapping[str, Any] | None = None,
+        commands: Sequence[Sequence[float]] | None = None,
+        realtime: bool = False,
+    ) -> None:
+        from simdist.sim import make_env
+
+        self.env = make_env(task, profile, num_envs=1, seed=seed, overrides=overrides)
+        self.cfg = self.env.cfg
+        self.robot = self.cfg.robot
+        self.task = self.cfg.task
+        self.profile = profile
+        self.control_hz = float(self.cfg.control_hz)
+        self.realtime = realtime
+        model = self.env.base_model
+        if self.robot == "go2":
+            from simdist.hardware.go2 import GO2_JOINT_NAMES
+
+            self.joint_names: tuple[str, ...] = GO2_JOINT_NAMES
+        else:
+            from simdist.hardware.ur5e import UR5E_JOINT_NAMES
+
+            self.joint_names = UR5E_JOINT_NAMES
+            self._tip = model.site("peg_tip").id
+            self._flange = model.site("flange").id
+            self._fk = mujoco.MjData(model)
+        self._commands = [np.asarray(c, dtype=np.float64) for c in commands] if commands else None
+        self._noise_rng = np.random.default_rng([seed, 1])
+        self._lock = threading.RLock()
+        self._steps = 0
+        self._obs, _ = self.env.reset(seed=seed)
+        self._episodes = 0
+        self._apply_command()
+        self._action = np.zeros(self.env.action_dim, dtype=np.float32)
+        self._ended: list[dict[str, Any]] = []
+        self._stamp = self.sim_time
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._closed = False
+
+    # -- clock and episodes ---------------------------------------------------------------------------------
+    @property
+    def sim_time(self) -> float:
+        """Simulated seconds since the robot was created (all episodes)."""
+        return self._steps / self.control_hz
+
+    @property
+    def action_dim(self) -> int:
+        return int(self.env.action_dim)
+
+    def _apply_command(self) -> None:
+        if self._commands is not None:
+            self.env.command[0] = self._commands[self._episodes % len(self._commands)]
+
+    def command(self) -> np.ndarray:
+        """The task command of the current episode (Go2 speeds, or the peg's hole-pose estimate), float32."""
+        with self._lock:
+            return self.env.command[0].astype(np.float32)
+
+    def take_episode_end(self) -> dict[str, Any] | None:
+        """The oldest episode that ended since the last call: {episode, metrics, terminated}; the robot has reset."""
+        with self._lock:
+            return self._ended.pop(0) if self._ended else None
+
+    # -- stepping ----------------------------------------------------------------------------------------------
+    def _step(self, action: np.ndarray) -> None:
+        obs, _, terminated, truncated, info = self.env.step(action[None])
+        self._steps += 1
+        if info["done"][0]:
+            metrics = {k: v[0].item() for k, v in info["final_metrics"].items()}
+            self._ended.append(
+                {
+                    "episode": self._episodes,
+                    "metrics": metrics,
+                    "terminated": bool(terminated[0]),
+                    "truncated": bool(truncated[0]),
+                }
+            )
+            self._episodes += 1
+            self._apply_command()
+        self._obs = obs
+        self._stamp = time.monotonic() if self.realtime else self.sim_time
+
+    def send_action(self, action: np.ndarray) -> None:
+        """The task action (task units); lockstep: advance one control period now, real time: hold it from now."""
+        if self._closed:
+            from simdist.errors import RobotConnectionError
+
+            raise RobotConnectionError(f"SimRobot {self.task}: stopped")
+        action = np.asarray(action, dtype=np.float32).reshape(self.env.action_dim)
+        with self._lock:
+            self._action = action.copy()
+            if not self.realtime:
+                self._step(self._action)
+
+    def hold_action(self) -> np.ndarray:
+        """The task action that keeps the robot where it is: the Go2's last joint targets, the UR5e's zero delta."""
+        if self.robot == "go2":
+            return self._action.copy()
+        return np.zeros(self.env.action_dim, dtype=np.float32)
+
+    def start(self) -> None:
+        """Real time only: start the physics thread (idempotent)."""
+        if not self.realtime or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._physics, name="sim-physics", daemon=True)
+        self._thread.start()
+
+    def _physics(self) -> None:
+        period = 1.0 / self.control_hz
+        next_time = time.monotonic()
+        while not self._stop.is_set():
+            with self._lock:
+                self._step(self._action)
+            next_time += period
+            delay = next_time - time.monotonic()
+            if delay > 0:
+                self._stop.wait(delay)
+            elif delay < -period:  # the physics itself fell behind: no catch-up burst
+                next_time = time.monotonic()
+
+    # -- Robot protocol -----------------------------------------------------------------------------------------
+    def read(self) -> RobotState:
+        with self._lock:
+            return self._measure()
+
+    def send(self, command: JointCommand) -> None:
+        """Joint targets (the hardware path): Go2 targets become offsets; UR5e targets become a tool target by FK."""
+        targets = np.asarray(command.joint_targets, dtype=np.float64)
+        if targets.shape != (len(self.joint_names),):
+            raise ValueError(f"{self.robot} takes {len(self.joint_names)} joint targets, got {targets.shape}")
+        if self.robot == "go2":
+            from simdist.runtime.proprio import GO2_STAND_POSE
+
+            self.send_action((targets - GO2_STAND_POSE) / self.cfg.action_scale)
+            return
+        with self._lock:
+            fk, model = self._fk, self.env.base_model
+            fk.qpos[:6] = targets
+            mujoco.mj_kinematics(model, fk)
+            rot = fk.site_xmat[self._flange].reshape(3, 3)
+            self.env.target_pos[0] = fk.site_xpos[self._tip]
+            self.env.target_yaw[0] = np.arctan2(rot[1, 0], rot[0, 0])
+        self.send_action(np.zeros(self.env.action_dim))
+
+    def hold(self) -> None:
+        self.send_action(self.hold_action())
+
+    def stop(self) -> None:
+        if self._closed:
+            return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._closed = True
+        self.env.close()
+
+    def image(self) -> np.ndarray | None:
+        """The latest camera frame (H, W, 3) uint8 when the task's camera is enabled."""
+        with self._lock:
+            return self._obs["image"][0].copy() if "image" in self._obs else None
+
+    # -- measurement --------------------------------------------------------------------------------------------
+    def _noise(self, key: str, shape: tuple[int, ...]) -> np.ndarray:
+        std = self.cfg.observation_noise.get(key, 0.0) * float(self.env.params["sensor_noise_scale"][0])
+        if std == 0.0:
+            return np.zeros(shape)
+        return self._noise_rng.normal(0.0, std, shape)
+
+    def _measure(self) -> RobotState:
+        data = self.env.datas[0]
+        if self.robot == "go2":
+            quat = data.sensor("imu_quat").data.copy()
+            tilt = self._noise("gravity", (3,))
+            if tilt.any():  # a small random rotation: the projected gravity moves by about the noise std
+                delta = np.zeros(4)
+                mujoco.mju_axisAngle2Quat(delta, tilt / np.linalg.norm(tilt), float(np.linalg.norm(tilt)))
+                mujoco.mju_mulQuat(quat, quat.copy(), delta)
+            accel = data.sensor("imu_acc").data.copy()
+            accel[2] += self._noise("accel_z", (1,))[0]
+            feet = np.array([data.sensor(f"{leg}_foot_force").data[0] for leg in GO2_LEGS])
+            return RobotState(
+                timestamp=self._stamp,
+                joint_positions=data.qpos[7:] + self._noise("joint_pos", (12,)),
+                joint_velocities=data.qvel[6:] + self._noise("joint_vel", (12,)),
+                joint_torques=data.actuator_force.copy(),
+                imu_quaternion=quat,
+                imu_gyro=data.sensor("imu_gyro").data + self._noise("gyro", (3,)),
+                imu_accel=accel,
+                foot_forces=feet + self._noise("foot_force", (4,)),
+                joint_names=self.joint_names,
+                robot_time=self.sim_time,
+            )
+        quat = np.zeros(4)
+        mujoco.mju_mat2Quat(quat, data.site_xmat[self._flange])
+        quat = quat + self._noise("tool_quat", (4,))
+        twist = np.concatenate([data.sensor("tool_linvel").data, data.sensor("tool_angvel").data])
+        wrench = np.concatenate([data.sensor("ft_force").data, data.sensor("ft_torque").data])
+        tip = data.site_xpos[self._tip] + self._noise("tool_pos", (3,))
+        return RobotState(
+            timestamp=self._stamp,
+            joint_positions=data.qpos[:6] + self._noise("joint_pos", (6,)),
+            joint_velocities=data.qvel[:6] + self._noise("joint_vel", (6,)),
+            joint_torques=data.actuator_force.copy(),
+            tool_pose=np.concatenate([tip, quat]),
+            tool_twist=twist + self._noise("tool_vel", (6,)),
+            tool_wrench=wrench + self._noise("wrench", (6,)),
+            joint_names=self.joint_names,
+            robot_time=self.sim_time,
+        )

@@ -1,0 +1,268 @@
+"""`simdist adapt`: rounds of deploy -> log -> finetune the dynamics -> hot swap -> evaluate, on a sim:<profile> robot.
+
+Round 0 evaluates the starting model. Each round logs M minutes of robot time with the model in use, finetunes
+on every bag so far (in the finetune worker process), swaps the new version in and evaluates it: the Go2 on the
+task's 3 commanded speeds x 5 episodes (forward progress, m), the peg on 20 episodes (success rate). The table and
+a PNG of performance against minutes of data go to the output folder; the starting model is copied there first,
+so the shipped checkpoint is never modified.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simdist.runtime.deploy import DeployLoop, resolve_model, run_deploy
+from simdist.runtime.finetune import FinetuneOptions
+from simdist.runtime.store import ModelStore
+from simdist.runtime.worker import FinetuneWorker
+from simdist.sim.config import load_task
+
+
+@dataclass
+class RoundResult:
+    round: int
+    minutes: float  # minutes of robot data the model was finetuned on
+    metric: str
+    performance: float
+    latent_error: float | None  # held-out latent MSE after this round's finetuning
+    version: str
+    published: bool | None
+
+
+def evaluate_on_robot(
+    task: str,
+    profile: str,
+    store: ModelStore,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    planner: str = "cpu",
+    planner_overrides: Mapping[str, Any] | None = None,
+    episodes: int | None = None,
+    seed: int = 10_000,
+) -> tuple[str, float, list[dict[str, Any]]]:
+    """(metric name, value, per-episode results): Go2 forward progress over speeds x episodes, or peg success."""
+    from simdist.hardware.sim_robot import SimRobot
+
+    cfg = load_task(task, overrides)
+    commands = None
+    if cfg.robot == "go2":
+        per = episodes or 5
+        speeds = cfg.command.eval_speeds or [0.5]
+        commands = [[s, 0.0, 0.0] for s in speeds for _ in range(per)]
+        count, metric = len(commands), "forward progress (m)"
+    else:
+        count, metric = episodes or 20, "success rate"
+    robot = SimRobot(task, profile, seed=seed, overrides=overrides, commands=commands)
+    stop = threading.Event()
+
+    def enough(_: int, loop: DeployLoop) -> None:
+        if len(loop.stats.episodes) >= count:
+            stop.set()
+
+    result = run_deploy(
+        task,
+        f"sim:{profile}",
+        store,
+        robot=robot,
+        overrides=overrides,
+        planner=planner,
+        planner_overrides=planner_overrides,
+        ticks=(count + 1) * cfg.episode_steps,
+        stop=stop,
+        on_tick=enough,
+        seed=seed,
+    )
+    ended = result.stats.episodes[:count]
+    key = "progress_m" if cfg.robot == "go2" else "success"
+    values = [float(e["metrics"][key]) for e in ended]
+    return metric, float(np.mean(values)) if values else float("nan"), ended
+
+
+def _table(rows: list[RoundResult], title: str) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title)
+    for name in (
+        "round",
+        "minutes of data",
+        rows[0].metric if rows else "performance",
+        "held-out latent error",
+        "dynamics",
+    ):
+        table.add_column(name, justify="right")
+    for r in rows:
+        latent = "-" if r.latent_error is None else f"{r.latent_error:.4f}"
+        version = r.version + ("" if r.published in (None, True) else " (refused)")
+        table.add_row(str(r.round), f"{r.minutes:.1f}", f"{r.performance:.3f}", latent, version)
+    return table
+
+
+def _plot(rows: list[RoundResult], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot([r.minutes for r in rows], [r.performance for r in rows], marker="o")
+    ax.set_xlabel("minutes of robot data")
+    ax.set_ylabel(rows[0].metric)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.stem}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def _next_out(root: Path) -> Path:
+    n = 1
+    while (root / f"adapt_{n:02d}").exists():
+        n += 1
+    return root / f"adapt_{n:02d}"
+
+
+def adapt(
+    task: str,
+    profile: str,
+    *,
+    rounds: int,
+    minutes: float,
+    model: Path,
+    out: Path,
+    overrides: Mapping[str, Any] | None = None,
+    planner: str = "cpu",
+    planner_overrides: Mapping[str, Any] | None = None,
+    options: FinetuneOptions | None = None,
+    eval_episodes: int | None = None,
+    seed: int = 0,
+    print_table: Any = None,
+) -> list[RoundResult]:
+    """Run the rounds; returns one row per evaluation (round 0 = the starting model)."""
+    options = options or FinetuneOptions()
+    out.mkdir(parents=True, exist_ok=False)
+    work = out / "model"
+    shutil.copytree(model, work, ignore=shutil.ignore_patterns("reports", ".*.tmp"))
+    store = ModelStore(work)
+    title = f"{task} on sim:{profile}"
+    evaluate = dict(
+        overrides=overrides, planner=planner, planner_overrides=planner_overrides, episodes=eval_episodes
+    )
+    metric, value, _ = evaluate_on_robot(task, profile, store, **evaluate)  # type: ignore[arg-type]
+    rows = [RoundResult(0, 0.0, metric, value, None, store.label, None)]
+    bags: list[Path] = []
+    for r in range(1, rounds + 1):
+        result = run_deploy(
+            task,
+            f"sim:{profile}",
+            store,
+            seconds=minutes * 60.0,
+            bag_dir=out / "bags",
+            overrides=overrides,
+            planner=planner,
+            planner_overrides=planner_overrides,
+            seed=seed + r,
+        )
+        assert result.bag is not None
+        bags.append(result.bag)
+        report = FinetuneWorker(work, bags, options).start().wait()
+        store.reload_now()  # between runs: pick up the published version (if the gate let one through)
+        metric, value, _ = evaluate_on_robot(task, profile, store, **evaluate)  # type: ignore[arg-type]
+        rows.append(
+            RoundResult(
+                r,
+                report["minutes_of_data"],
+                metric,
+                value,
+                report["mean_after"],
+                store.label,
+                report["published"],
+            )
+        )
+        if print_table is not None:
+            print_table(_table(rows, title))
+    (out / "adapt.json").write_text(json.dumps([r.__dict__ for r in rows], indent=1))
+    _plot(rows, out / "adapt.png", title)
+    return rows
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--task", required=True, help="task name (config/tasks/<task>.yaml)")
+    parser.add_argument("--profile", required=True, help="the robot: sim:<profile> (e.g. ptfe, foam, real)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--minutes", type=float, default=15.0, help="robot minutes logged per round")
+    parser.add_argument(
+        "--model", type=Path, default=None, help="starting checkpoint (default: models/<task>/)"
+    )
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default: adapt/adapt_NN)")
+    parser.add_argument("--planner", default="cpu")
+    parser.add_argument(
+        "--planner-set", dest="planner_overrides", action="append", default=[], metavar="KEY=VALUE"
+    )
+    parser.add_argument(
+        "--eval-episodes",
+        type=int,
+        default=None,
+        help="episodes per commanded speed (Go2, default 5) or in all (peg, default 20)",
+    )
+    parser.add_argument("--max-steps", type=int, default=None, help="finetuning steps per round at most")
+    parser.add_argument(
+        "--max-minutes", type=float, default=None, help="finetuning wall-clock budget per round"
+    )
+    parser.add_argument("--lr", type=float, default=FinetuneOptions.lr)
+    parser.add_argument("--eval-every", type=int, default=FinetuneOptions.eval_every)
+    parser.add_argument("--warmup-steps", type=int, default=FinetuneOptions.warmup_steps)
+    parser.add_argument("--val-fraction", type=float, default=FinetuneOptions.val_fraction)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from simdist.config import parse_overrides
+
+    overrides = parse_overrides(args.overrides)
+    load_task(args.task, overrides).profile(args.profile)  # a bad task or profile fails before any work
+    model = resolve_model(args.task, args.model)
+    out = args.out or _next_out(Path("adapt"))
+    options = FinetuneOptions(
+        max_steps=args.max_steps,
+        max_minutes=args.max_minutes,
+        lr=args.lr,
+        eval_every=args.eval_every,
+        warmup_steps=args.warmup_steps,
+        val_fraction=args.val_fraction,
+        seed=args.seed,
+    )
+    console = Console()
+    rows = adapt(
+        args.task,
+        args.profile,
+        rounds=args.rounds,
+        minutes=args.minutes,
+        model=model,
+        out=out,
+        overrides=overrides,
+        planner=args.planner,
+        planner_overrides=parse_overrides(args.planner_overrides),
+        options=options,
+        eval_episodes=args.eval_episodes,
+        seed=args.seed,
+        print_table=console.print,
+    )
+    if args.rounds == 0:
+        console.print(_table(rows, f"{args.task} on sim:{args.profile}"))
+    print(f"wrote {out / 'adapt.json'} and {out / 'adapt.png'}")
+    return 0

@@ -1,0 +1,321 @@
+"""`simdist deploy`: run the planner on a robot (default: the embedded `sim:<profile>`) and log the run as a bag.
+
+Robots: `sim:PROFILE` (SimRobot; lockstep unless --realtime), `ur5e:HOST` (RTDE, servoL) and `go2:IFACE[:DOMAIN]`
+(unitree_sdk2py, joint targets through the safety filter); hardware always runs in real time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simdist.bags.writer import BagWriter, next_run_dir
+from simdist.errors import CheckpointError, ConfigError
+from simdist.hardware.safety import SafetyFilter
+from simdist.plan.config import load_planner_config, task_action_limits
+from simdist.runtime.actuation import (
+    Actuator,
+    CartesianActuator,
+    JointActuator,
+    SimActuator,
+    ToolTarget,
+    go2_safety_limits,
+)
+from simdist.runtime.ingest import CameraIngest
+from simdist.runtime.loop import DeployLoop, LoopStats
+from simdist.runtime.store import ModelStore
+from simdist.sim.config import TaskConfig, load_task
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DeployResult:
+    stats: LoopStats
+    bag: Path | None
+    interrupted: bool
+    version: str  # the model version in use at the end
+
+
+def make_robot(
+    spec: str,
+    cfg: TaskConfig,
+    *,
+    seed: int = 0,
+    overrides: Mapping[str, Any] | None = None,
+    realtime: bool = False,
+    commands: Sequence[Sequence[float]] | None = None,
+) -> Any:
+    """A robot from `sim:PROFILE`, `ur5e:HOST` or `go2:IFACE[:DOMAIN]`."""
+    kind, _, rest = spec.partition(":")
+    if kind == "sim":
+        from simdist.hardware.sim_robot import SimRobot
+
+        return SimRobot(
+            cfg.task, rest or "sim", seed=seed, overrides=overrides, commands=commands, realtime=realtime
+        )
+    if kind != cfg.robot:
+        raise ConfigError(
+            f"robot '{spec}' does not fit task {cfg.task} (a {cfg.robot} task; valid: sim:PROFILE, "
+            f"{cfg.robot}:...)"
+        )
+    if kind == "ur5e":
+        from simdist.hardware.ur5e import UR5eRobot
+
+        return UR5eRobot.connect(rest, control_hz=cfg.control_hz)
+    if kind == "go2":
+        from simdist.hardware.go2 import Go2Robot
+
+        iface, _, domain = rest.partition(":")
+        return Go2Robot.connect(iface or None, int(domain or 0), control_hz=cfg.control_hz)
+    raise ConfigError(f"unknown robot '{spec}' (valid: sim:PROFILE, ur5e:HOST, go2:IFACE[:DOMAIN])")
+
+
+def default_command(cfg: TaskConfig) -> np.ndarray:
+    """The command a hardware run gets without --command: the middle evaluation speed, or the nominal hole pose."""
+    if cfg.robot == "go2":
+        speeds = cfg.command.eval_speeds or [0.5]
+        return np.array([speeds[len(speeds) // 2], 0.0, 0.0], dtype=np.float32)
+    return np.array([*cfg.peg.hole_center, 0.0], dtype=np.float32)
+
+
+def make_actuator(
+    robot: Any, cfg: TaskConfig, command: Callable[[], np.ndarray], *, safety: bool
+) -> Actuator:
+    """The simulator takes task actions directly; hardware (or `safety`) goes through joint targets or servoL."""
+    if hasattr(robot, "send_action") and not safety:
+        return SimActuator(robot)
+    if cfg.robot == "go2":
+        return JointActuator(
+            robot, action_scale=cfg.action_scale, safety=SafetyFilter(go2_safety_limits(), cfg.control_hz)
+        )
+    tool = ToolTarget(
+        scale_m=cfg.peg.action_scale_m, scale_rad=cfg.peg.action_scale_rad, hole_depth=cfg.peg.hole_depth
+    )
+    if not hasattr(robot, "send_tool_pose"):
+        raise ConfigError(
+            f"robot {type(robot).__name__} has no Cartesian path for the {cfg.task} task's tool deltas"
+        )
+    return CartesianActuator(robot, tool, command=command)
+
+
+def run_deploy(
+    task: str,
+    robot_spec: str,
+    model: str | Path | ModelStore,
+    *,
+    ticks: int | None = None,
+    seconds: float | None = None,
+    realtime: bool = False,
+    bag_dir: str | Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    planner: str = "cpu",
+    planner_overrides: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    command: Sequence[float] | None = None,
+    commands: Sequence[Sequence[float]] | None = None,
+    camera: str | None = None,
+    safety: bool = False,
+    stop: threading.Event | None = None,
+    on_tick: Callable[[int, DeployLoop], None] | None = None,
+    robot: Any = None,
+) -> DeployResult:
+    """Deploy for `ticks` ticks or `seconds` of robot time; log into the next run_NN of `bag_dir` (if given).
+
+    `model` is a checkpoint folder or a running ModelStore (kept across runs, as `simdist adapt` does).
+    """
+    cfg = load_task(task, overrides)
+    hardware = not robot_spec.startswith("sim")
+    realtime = realtime or hardware
+    store = model if isinstance(model, ModelStore) else ModelStore(model)
+    own_store = not isinstance(model, ModelStore)
+    if store.model.obs_dim != _proprio_dim(cfg.robot):
+        raise CheckpointError(
+            f"{store.folder}: the model takes {store.model.obs_dim} observations, a {cfg.robot} measures "
+            f"{_proprio_dim(cfg.robot)} (a model for another robot?)"
+        )
+    if robot is None:
+        robot = make_robot(
+            robot_spec, cfg, seed=seed, overrides=overrides, realtime=realtime, commands=commands
+        )
+    if hasattr(robot, "command") and command is None:
+        command_fn: Callable[[], np.ndarray] = robot.command
+    else:
+        fixed = np.asarray(command if command is not None else default_command(cfg), dtype=np.float32)
+        command_fn = fixed.copy
+    planner_cfg = load_planner_config(
+        planner, cfg.robot, {**dict(planner_overrides or {}), "horizon": store.model.horizon}
+    )
+    limits = task_action_limits({"action_clip": cfg.action_clip, "robot": cfg.robot})
+    camera_ingest = _camera(camera, robot, cfg)
+    bag: BagWriter | None = None
+    interrupted = False
+    try:
+        if own_store:
+            store.start()
+        if bag_dir is not None:
+            bag = BagWriter(
+                next_run_dir(bag_dir),
+                robot=cfg.robot,
+                joint_names=robot.joint_names,
+                camera=camera_ingest is not None,
+                info={
+                    "task": cfg.task,
+                    "robot_spec": robot_spec,
+                    "control_hz": cfg.control_hz,
+                    "model": str(store.folder),
+                    "realtime": realtime,
+                },
+            ).open()
+        loop = DeployLoop(
+            robot=robot,
+            robot_kind=cfg.robot,
+            actuator=make_actuator(robot, cfg, command_fn, safety=safety or hardware),
+            store=store,
+            planner_config=planner_cfg,
+            limits=limits,
+            command=command_fn,
+            control_hz=cfg.control_hz,
+            bag=bag,
+            camera=camera_ingest,
+            realtime=realtime,
+            episode_steps=cfg.episode_steps if hardware else None,
+            seed=seed,
+            on_tick=on_tick,
+        )
+        try:
+            stats = loop.run(ticks=ticks, seconds=seconds, stop=stop)
+        except KeyboardInterrupt:
+            interrupted = True
+            stats = loop.stats
+    finally:
+        try:
+            if bag is not None:
+                bag.close(reason="KeyboardInterrupt" if interrupted else None)
+        finally:
+            if camera_ingest is not None:
+                camera_ingest.close()
+            if own_store:
+                store.stop()
+            robot.stop()
+    return DeployResult(
+        stats=stats, bag=bag.path if bag else None, interrupted=interrupted, version=store.label
+    )
+
+
+def _proprio_dim(robot: str) -> int:
+    from simdist.runtime.proprio import PROPRIO_DIMS
+
+    return PROPRIO_DIMS[robot]
+
+
+def _camera(spec: str | None, robot: Any, cfg: TaskConfig) -> CameraIngest | None:
+    if spec is None:
+        return None
+    if spec == "sim":
+        if not hasattr(robot, "image"):
+            raise ConfigError("--camera sim needs a sim robot")
+        if not cfg.camera.enabled:
+            raise ConfigError("--camera sim needs the task camera: add --set camera.enabled=true")
+        return CameraIngest(robot.image, width=cfg.camera.width, height=cfg.camera.height)
+    source: int | str = int(spec) if spec.isdigit() else spec
+    return CameraIngest(source, width=cfg.camera.width, height=cfg.camera.height)
+
+
+# -- CLI ---------------------------------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--task", required=True, help="task name (config/tasks/<task>.yaml)")
+    parser.add_argument(
+        "--robot", default="sim:sim", help="sim:PROFILE (default sim:sim), ur5e:HOST or go2:IFACE[:DOMAIN]"
+    )
+    parser.add_argument(
+        "--model", type=Path, default=None, help="checkpoint folder (default: models/<task>/)"
+    )
+    parser.add_argument(
+        "--realtime", action="store_true", help="wall-clock control rate (sim robots run lockstep without it)"
+    )
+    parser.add_argument("--minutes", type=float, default=1.0, help="robot time to run (default 1)")
+    parser.add_argument("--bag-dir", type=Path, default=None, help="write the run as run_NN in this folder")
+    parser.add_argument("--planner", default="cpu", help="config/planner/<name>.yaml (default cpu)")
+    parser.add_argument(
+        "--planner-set", dest="planner_overrides", action="append", default=[], metavar="KEY=VALUE"
+    )
+    parser.add_argument("--camera", default=None, help="log a camera: 'sim', a device index or a URL")
+    parser.add_argument(
+        "--command", type=float, nargs="+", default=None, help="fixed task command (hardware)"
+    )
+    parser.add_argument(
+        "--safety", action="store_true", help="sim robots too: joint targets through the safety filter"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override any task YAML value (e.g. profiles.ptfe.friction=0.07)",
+    )
+
+
+def resolve_model(task: str, model: Path | None) -> Path:
+    """--model, else models/<task>/; a clear one-line error when there is no checkpoint."""
+    from simdist.model.checkpoint import CONFIG_NAME
+    from simdist.paths import models_dir
+
+    folder = Path(model) if model is not None else models_dir() / task
+    if not (folder / CONFIG_NAME).is_file():
+        hint = "" if model is not None else " (pass --model DIR, or train one with `simdist train pretrain`)"
+        raise CheckpointError(f"no world model for {task} at {folder}{hint}")
+    return folder
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from simdist.config import parse_overrides
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    overrides = parse_overrides(args.overrides)
+    folder = resolve_model(args.task, args.model)
+    console = Console(stderr=True)
+    mode = "real time" if args.realtime or not args.robot.startswith("sim") else "lockstep"
+    console.print(
+        f"deploying {args.task} on {args.robot} ({mode}) with {folder} for {args.minutes:g} min of robot time"
+    )
+    result = run_deploy(
+        args.task,
+        args.robot,
+        folder,
+        seconds=args.minutes * 60.0,
+        realtime=args.realtime,
+        bag_dir=args.bag_dir,
+        overrides=overrides,
+        planner=args.planner,
+        planner_overrides=parse_overrides(args.planner_overrides),
+        seed=args.seed,
+        command=args.command,
+        camera=args.camera,
+        safety=args.safety,
+    )
+    s = result.stats.summary()
+    print(
+        f"ticks {s['ticks']}: fresh {s['fresh']}, late {s['late']} (ran the last plan's next step), held {s['held']}, "
+        f"missed {s['missed']}; errors {s['errors']}, swaps {s['swaps']}, episodes {s['episodes']}; "
+        f"plan p50 {s['plan_ms_p50']:.1f} ms, p99 {s['plan_ms_p99']:.1f} ms; model {result.version}"
+    )
+    if result.bag is not None:
+        print(f"bag: {result.bag}")
+    if result.interrupted:
+        print("stopped by Ctrl-C (robot held, bag closed)")
+        return 130
+    return 0

@@ -1,0 +1,466 @@
+"""Dynamics-only finetuning on deployment bags, with a validation gate, and the `simdist finetune` verb.
+
+Only `model.dynamics` trains; encoder, history, reward, value, policy and normaliser stay bit-identical (checked
+before anything is published). Loss: latent consistency against the frozen encoder,
+mean_k || z_hat(t+k) - E(o(t+k)) ||^2 over the real future steps, as in pretraining. Early stopping and the gate
+use held-out real episodes: a version whose held-out latent error is not lower than the current one's is refused.
+Bags are read (and refused) before anything is written. Nothing here imports the simulator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import math
+import os
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from simdist.bags import read_episodes, schema
+from simdist.data.dataset import InMemoryEpisodes, ShardDataset
+from simdist.data.windows import WindowBatch, WindowSampler, held_out
+from simdist.errors import BagError, CheckpointError, DatasetError
+from simdist.model.checkpoint import current_version, load_checkpoint, publish_dynamics
+from simdist.model.world_model import Context, WorldModel
+from simdist.train.schedule import learning_rate
+
+REPORTS_DIR = "reports"
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneOptions:
+    """Defaults from the paper's real-world adaptation (batch 32, lr 2e-4 after a warm-up, 95/5 split)."""
+
+    batch_size: int = 32
+    lr: float = 2e-4
+    warmup_steps: int = 2000  # at most a quarter of the planned steps, so that a small run still trains
+    max_epochs: int = 100
+    max_steps: int | None = None
+    max_minutes: float | None = None  # wall-clock budget
+    val_fraction: float = 0.05
+    eval_every: int = 250  # steps between held-out evaluations (early stopping)
+    eval_windows: int = 2048
+    patience: int = 6  # evaluations without improvement before stopping
+    grad_clip: float = 1.0
+    min_improvement: float = 0.0  # the gate: relative held-out improvement a version needs to be published
+    sim_data: str | None = None
+    sim_share: float = 0.0
+    seed: int = 0
+    threads: int = 0  # torch threads (0: leave torch's choice)
+
+
+@dataclasses.dataclass
+class FinetuneReport:
+    model: str
+    bags: list[str]
+    base_version: int
+    version: int | None  # the published version, None when the gate refused
+    published: bool
+    reason: str
+    latent_before: list[float]  # held-out latent MSE per horizon step, current dynamics
+    latent_after: list[float]  # the same for the finetuned dynamics
+    steps: int
+    epochs: float
+    seconds: float
+    train_windows: int
+    heldout_windows: int
+    train_episodes: int
+    heldout_episodes: int
+    minutes_of_data: float
+    report_json: str = ""
+    report_png: str = ""
+
+    @property
+    def before(self) -> float:
+        return float(np.mean(self.latent_before))
+
+    @property
+    def after(self) -> float:
+        return float(np.mean(self.latent_after))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "mean_before": self.before, "mean_after": self.after}
+
+
+# -- bags -> episodes ----------------------------------------------------------------------------------------------
+
+
+def episode_id_base(bag: Path) -> int:
+    """A run's episode-id base, unique across runs: a hash of the bag's absolute path (ids are base + index)."""
+    return (zlib.crc32(str(Path(bag).resolve()).encode()) & 0x7FFFFFFF) << 20
+
+
+def real_episodes(bags: Sequence[str | Path]) -> list[dict[str, np.ndarray]]:
+    """Every episode of every bag in the dataset's per-step format, ready for `InMemoryEpisodes`.
+
+    Real data has no reward, critic value or expert flag: they are zeros and False (weight 0 in the dynamics-only
+    loss). `episode` is unique across runs. Raises BagError (naming the bag and topic) before returning anything.
+    """
+    out: list[dict[str, np.ndarray]] = []
+    widths: dict[str, tuple[int, Path]] = {}
+    for bag in bags:
+        path = Path(bag)
+        base = episode_id_base(path)
+        for episode in read_episodes(path):
+            n = len(episode["proprio"])
+            for key, topic in (
+                ("proprio", schema.OBSERVATION),
+                ("action", schema.ACTION),
+                ("command", schema.COMMAND),
+            ):
+                width = episode[key].shape[1]
+                first = widths.setdefault(key, (width, path))
+                if first[0] != width:
+                    raise BagError(f"{path}: topic {topic} has {width} values, {first[1]} has {first[0]}")
+            out.append(
+                {
+                    "proprio": episode["proprio"],
+                    "action": episode["action"],
+                    "command": episode["command"],
+                    "reward": np.zeros(n, np.float32),
+                    "value": np.zeros(n, np.float32),
+                    "expert_flag": np.zeros(n, bool),
+                    "episode": np.full(n, base + int(episode["episode_index"][0]), np.int64),
+                    "step": episode["step"].astype(np.int32),
+                    "timestamp_ns": episode["timestamp_ns"],
+                }
+            )
+    return out
+
+
+def check_dims(episodes: list[dict[str, np.ndarray]], model: WorldModel, bags: Sequence[str | Path]) -> None:
+    wanted = {
+        "proprio": (model.obs_dim, schema.OBSERVATION),
+        "action": (model.act_dim, schema.ACTION),
+        "command": (model.cmd_dim, schema.COMMAND),
+    }
+    for key, (dim, topic) in wanted.items():
+        width = episodes[0][key].shape[1]
+        if width != dim:
+            raise BagError(f"{Path(bags[0])}: topic {topic} has {width} values, the model takes {dim}")
+
+
+def minutes_of_data(episodes: list[dict[str, np.ndarray]]) -> float:
+    """Robot minutes in the episodes (steps times the median control period of the logged timestamps)."""
+    steps = sum(len(e["proprio"]) for e in episodes)
+    gaps = np.concatenate(
+        [np.diff(e["timestamp_ns"]) for e in episodes if len(e["timestamp_ns"]) > 1] or [[0]]
+    )
+    return steps * float(np.median(gaps)) / 1e9 / 60.0
+
+
+def split_real(
+    episodes: list[dict[str, np.ndarray]], fraction: float
+) -> tuple[InMemoryEpisodes, np.ndarray, np.ndarray]:
+    """(source, train positions, held-out positions); a single episode is cut so its last part is held out."""
+    if len(episodes) == 1:
+        e = episodes[0]
+        cut = max(2, int(round(len(e["proprio"]) * (1.0 - max(fraction, 0.2)))))
+        if len(e["proprio"]) - cut < 2:
+            raise BagError("too little data to hold out: one episode shorter than a few steps")
+        head = {k: v[:cut] for k, v in e.items()}
+        tail = {k: v[cut:] for k, v in e.items()}
+        tail["episode"] = tail["episode"] + 1
+        episodes = [head, tail]
+    source = InMemoryEpisodes(episodes)
+    mask = held_out(source.episode_ids(), fraction)
+    return source, np.flatnonzero(~mask), np.flatnonzero(mask)
+
+
+# -- the loss ------------------------------------------------------------------------------------------------------
+
+
+def latent_errors(model: WorldModel, batch: WindowBatch) -> torch.Tensor:
+    """(B, T) squared latent error per future step; gradients reach only the dynamics."""
+    n = model.normalizer
+    with torch.no_grad():  # everything but the dynamics is frozen: no graph through it
+        latent = model.encoder(n.normalize("obs", batch.obs), batch.image)
+        past = model.encoder.proprio(n.normalize("obs", batch.obs_hist))
+        tokens, key_mask = model.history_tokens(
+            past, n.normalize("action", batch.act_hist), batch.hist_mask.bool(), latent
+        )
+        target = model.encoder(n.normalize("obs", batch.future_obs), batch.future_image)
+    ctx = Context(latent, tokens, key_mask, model.dynamics.cross_kv(tokens), [])
+    predicted = model._predict(ctx, n.normalize("action", batch.actions))
+    return (predicted - target).pow(2).mean(-1)
+
+
+def masked_mean(errors: torch.Tensor, batch: WindowBatch) -> torch.Tensor:
+    mask = batch.future_mask.float()
+    return (errors * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+@torch.no_grad()
+def heldout_latent_error(
+    model: WorldModel, sampler: WindowSampler, *, limit: int, batch_size: int = 256
+) -> np.ndarray:
+    """Held-out latent MSE per horizon step k = 1..T (mean over real future steps)."""
+    sums = np.zeros(sampler.horizon)
+    counts = np.zeros(sampler.horizon)
+    for batch in sampler.iterate(batch_size, limit):
+        mask = batch.future_mask.float()
+        sums += (latent_errors(model, batch) * mask).sum(0).numpy()
+        counts += mask.sum(0).numpy()
+    return sums / np.maximum(counts, 1.0)
+
+
+def _concat(a: WindowBatch, b: WindowBatch) -> WindowBatch:
+    fields = {}
+    for f in dataclasses.fields(WindowBatch):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        fields[f.name] = None if x is None or y is None else torch.cat([x, y])
+    return WindowBatch(**fields)
+
+
+def _frozen_state(model: WorldModel) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items() if not k.startswith("dynamics.")}
+
+
+# -- finetuning ----------------------------------------------------------------------------------------------------
+
+
+def finetune(
+    model_dir: str | Path,
+    bags: Sequence[str | Path],
+    options: FinetuneOptions | None = None,
+    *,
+    log: Callable[[str], None] | None = None,
+) -> FinetuneReport:
+    """Finetune the current dynamics of `model_dir` on `bags`; publish the result if it passes the gate.
+
+    Raises:
+        BagError: a bag is missing, unreadable, truncated or empty, lacks a topic, or does not fit the model.
+        CheckpointError, DatasetError: a bad checkpoint or simulation dataset. Nothing is written in any of these cases.
+    """
+    start_time = time.perf_counter()
+    options = options or FinetuneOptions()
+    say = log or (lambda message: None)
+    if not bags:
+        raise BagError("no bags given")
+    folder = Path(model_dir)
+    episodes = real_episodes(bags)  # every refusal happens here, before anything is written
+    base_version = current_version(folder)
+    model = load_checkpoint(folder, version=base_version).eval()
+    check_dims(episodes, model, bags)
+    if options.threads > 0:
+        torch.set_num_threads(options.threads)
+    source, train_idx, held_idx = split_real(episodes, options.val_fraction)
+    train = WindowSampler(source, model.history, model.horizon, train_idx)
+    heldout = WindowSampler(source, model.history, model.horizon, held_idx)
+    if len(train) == 0 or len(heldout) == 0:
+        raise BagError(f"{Path(bags[0])}: too few steps for training and held-out windows")
+    sim = _sim_sampler(options, model)
+
+    frozen = _frozen_state(model)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    params = model.dynamics_parameters()
+    for p in params:
+        p.requires_grad_(True)
+    optimizer = torch.optim.Adam(params, lr=options.lr)
+
+    limit = options.eval_windows
+    before = heldout_latent_error(model, heldout, limit=limit)
+    say(f"held-out latent error of {_label(base_version)}: {before.mean():.5f} ({len(heldout)} windows)")
+    best, best_state, since = float(before.mean()), copy.deepcopy(model.dynamics.state_dict()), 0
+    per_epoch = math.ceil(len(train) / options.batch_size)
+    total = options.max_epochs * per_epoch
+    if options.max_steps is not None:
+        total = min(total, options.max_steps)
+    warmup = min(options.warmup_steps, max(1, total // 4))
+    n_sim = round(options.batch_size * options.sim_share) if sim is not None else 0
+    rng = np.random.default_rng(options.seed)
+    step = 0
+    while step < total:
+        lr = learning_rate(step, peak=options.lr, final=options.lr, warmup=warmup, total=total)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        batch = train.sample(options.batch_size - n_sim, rng)
+        if n_sim:
+            assert sim is not None
+            batch = _concat(batch, sim.sample(n_sim, rng))
+        model.dynamics.train()
+        loss = masked_mean(latent_errors(model, batch), batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, options.grad_clip)
+        optimizer.step()
+        step += 1
+        out_of_time = (
+            options.max_minutes is not None and time.perf_counter() - start_time > options.max_minutes * 60
+        )
+        if step % options.eval_every == 0 or step == total or out_of_time:
+            model.eval()
+            current = float(heldout_latent_error(model, heldout, limit=limit).mean())
+            if current < best:
+                best, best_state, since = current, copy.deepcopy(model.dynamics.state_dict()), 0
+            else:
+                since += 1
+            say(
+                f"step {step}/{total}: train {float(loss.detach()):.5f}, held-out {current:.5f} (best {best:.5f})"
+            )
+            if since >= options.patience or out_of_time:
+                break
+    model.dynamics.load_state_dict(best_state)
+    model.eval()
+    after = heldout_latent_error(model, heldout, limit=limit)
+    _check_frozen(model, frozen)
+
+    improved = float(after.mean()) < float(before.mean()) * (1.0 - options.min_improvement)
+    version: int | None = None
+    if improved:
+        note = json.dumps(
+            {"base": base_version, "before": float(before.mean()), "after": float(after.mean())}
+        )
+        version = publish_dynamics(folder, model, note=note)
+        reason = f"held-out latent error {before.mean():.5f} -> {after.mean():.5f}"
+    else:
+        reason = (
+            f"refused: held-out latent error {after.mean():.5f} is not below the current "
+            f"{before.mean():.5f}" + (f" by {options.min_improvement:.0%}" if options.min_improvement else "")
+        )
+    report = FinetuneReport(
+        model=str(folder),
+        bags=[str(b) for b in bags],
+        base_version=base_version,
+        version=version,
+        published=improved,
+        reason=reason,
+        latent_before=[float(x) for x in before],
+        latent_after=[float(x) for x in after],
+        steps=step,
+        epochs=step / per_epoch,
+        seconds=time.perf_counter() - start_time,
+        train_windows=len(train),
+        heldout_windows=len(heldout),
+        train_episodes=len(train_idx),
+        heldout_episodes=len(held_idx),
+        minutes_of_data=minutes_of_data(episodes),
+    )
+    write_report(report, folder / REPORTS_DIR)
+    say(reason)
+    return report
+
+
+def _label(version: int) -> str:
+    return f"v{version:04d}"
+
+
+def _check_frozen(model: WorldModel, frozen: dict[str, torch.Tensor]) -> None:
+    for key, value in model.state_dict().items():
+        if key in frozen and not torch.equal(frozen[key], value):
+            raise CheckpointError(f"finetuning changed frozen weight '{key}'; nothing published")
+
+
+def _sim_sampler(options: FinetuneOptions, model: WorldModel) -> WindowSampler | None:
+    if not options.sim_data or options.sim_share <= 0:
+        return None
+    if not 0 < options.sim_share < 1:
+        raise DatasetError(f"--sim-share must be in (0, 1), got {options.sim_share}")
+    dataset = ShardDataset(options.sim_data)
+    dims = (dataset.dims["proprio"], dataset.dims["action"], dataset.dims["command"])
+    if dims != (model.obs_dim, model.act_dim, model.cmd_dim):
+        raise DatasetError(f"{options.sim_data}: sizes {dims} do not match the model's")
+    return WindowSampler(dataset.load(), model.history, model.horizon)
+
+
+def write_report(report: FinetuneReport, out_dir: Path) -> None:
+    """finetune_vNNNN.json/.png (or finetune_refused_NNN when refused) in `out_dir`, each written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if report.version is not None:
+        stem = f"finetune_{_label(report.version)}"
+    else:
+        stem = f"finetune_refused_{len(list(out_dir.glob('finetune_refused_*.json'))):03d}"
+    json_path, png_path = out_dir / f"{stem}.json", out_dir / f"{stem}.png"
+    report.report_json, report.report_png = str(json_path), str(png_path)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    steps = np.arange(1, len(report.latent_before) + 1)
+    ax.plot(
+        steps, report.latent_before, marker="o", markersize=3, label=f"{_label(report.base_version)} (before)"
+    )
+    after_label = _label(report.version) if report.version is not None else "finetuned (refused)"
+    ax.plot(steps, report.latent_after, marker="o", markersize=3, label=f"{after_label} (after)")
+    ax.set_xlabel("prediction step k (z_hat(t+k))")
+    ax.set_ylabel("held-out latent MSE (real data)")
+    ax.set_title(f"dynamics finetuning on {report.minutes_of_data:.1f} min of data")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    tmp_png = png_path.with_name(f".{png_path.stem}.tmp.png")
+    fig.savefig(tmp_png, dpi=110)
+    plt.close(fig)
+    os.replace(tmp_png, png_path)
+    tmp = json_path.with_name(f".{json_path.name}.tmp")
+    tmp.write_text(json.dumps(report.to_dict(), indent=1))
+    os.replace(tmp, json_path)
+
+
+# -- CLI -----------------------------------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model", required=True, type=Path, help="checkpoint folder (gets the new dynamics version)"
+    )
+    parser.add_argument(
+        "--bag", dest="bags", action="append", required=True, type=Path, help="a run bag (repeatable)"
+    )
+    parser.add_argument("--sim-data", default=None, help="simulation dataset folder to mix in")
+    parser.add_argument(
+        "--sim-share", type=float, default=0.2, help="share of each batch from --sim-data (default 0.2)"
+    )
+    defaults = FinetuneOptions()
+    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    parser.add_argument("--lr", type=float, default=defaults.lr)
+    parser.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps)
+    parser.add_argument("--max-epochs", type=int, default=defaults.max_epochs)
+    parser.add_argument("--max-steps", type=int, default=None)
+    parser.add_argument("--max-minutes", type=float, default=None, help="wall-clock budget")
+    parser.add_argument("--val-fraction", type=float, default=defaults.val_fraction)
+    parser.add_argument("--eval-every", type=int, default=defaults.eval_every)
+    parser.add_argument("--patience", type=int, default=defaults.patience)
+    parser.add_argument("--min-improvement", type=float, default=defaults.min_improvement)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=0)
+
+
+def options_from_args(args: argparse.Namespace) -> FinetuneOptions:
+    return FinetuneOptions(
+        batch_size=args.batch_size,
+        lr=args.lr,
+        warmup_steps=args.warmup_steps,
+        max_epochs=args.max_epochs,
+        max_steps=args.max_steps,
+        max_minutes=args.max_minutes,
+        val_fraction=args.val_fraction,
+        eval_every=args.eval_every,
+        patience=args.patience,
+        min_improvement=args.min_improvement,
+        sim_data=args.sim_data,
+        sim_share=args.sim_share if args.sim_data else 0.0,
+        seed=args.seed,
+        threads=args.threads,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    report = finetune(args.model, args.bags, options_from_args(args), log=lambda m: print(m, flush=True))
+    outcome = f"published {_label(report.version)}" if report.version is not None else "nothing published"
+    print(
+        f"{outcome}: {report.reason}; {report.minutes_of_data:.1f} min of data, {report.steps} steps "
+        f"({report.epochs:.1f} epochs) in {report.seconds:.0f} s; report {report.report_json}"
+    )
+    return 0

@@ -1,0 +1,419 @@
+"""The deploy loop: read the robot, plan through the world model, act, log; at a fixed control rate.
+
+Each tick: swap in a newly validated model (tick boundary), close or open episodes, read and ingest the state,
+push it into the observation history, get a plan, send its action through the actuator, and append the tick to
+the bag. Lockstep (simulation) computes every plan in full before the robot moves, so a run is deterministic.
+Real time gives the planner a deadline (`deadline_fraction` of the period): a plan that misses it is adopted when
+it arrives, and meanwhile each tick executes the next step of the last plan; whole periods the loop itself overran
+are counted as missed. Any exception in a tick sends the safe hold and is logged; the loop carries on.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from simdist.bags.writer import BagWriter
+from simdist.plan.config import ActionLimits, PlannerConfig
+from simdist.plan.mppi import Plan, Planner
+from simdist.runtime.actuation import Actuator
+from simdist.runtime.history import ObservationHistory
+from simdist.runtime.ingest import CameraIngest, ProprioIngest
+from simdist.runtime.store import ModelStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoopStats:
+    """What happened in a run. Every tick is exactly one of fresh, late or held."""
+
+    ticks: int = 0
+    fresh: int = 0  # executed the first action of a plan computed for this very tick
+    late: int = 0  # the plan missed its deadline: executed the next step of the last plan
+    held: int = 0  # sent the safe hold (no usable plan, stale state, an error, or the safety filter)
+    missed: int = 0  # control periods skipped because the loop itself overran (real time only)
+    stale: int = 0
+    errors: int = 0
+    swaps: int = 0
+    episodes: list[dict[str, Any]] = field(default_factory=list)  # robot-reported episode ends (metrics)
+    plan_seconds: list[float] = field(default_factory=list)
+    versions: list[str] = field(default_factory=list)  # the model version of every tick
+
+    def summary(self) -> dict[str, Any]:
+        times = np.asarray(self.plan_seconds) if self.plan_seconds else np.zeros(1)
+        return {
+            "ticks": self.ticks,
+            "fresh": self.fresh,
+            "late": self.late,
+            "held": self.held,
+            "missed": self.missed,
+            "stale": self.stale,
+            "errors": self.errors,
+            "swaps": self.swaps,
+            "episodes": len(self.episodes),
+            "plan_ms_p50": float(np.percentile(times, 50) * 1e3),
+            "plan_ms_p99": float(np.percentile(times, 99) * 1e3),
+        }
+
+
+@dataclass
+class _Job:
+    tick: int
+    episode: int
+    model: Any
+    inputs: tuple[torch.Tensor, ...]
+    image: torch.Tensor | None
+    command: torch.Tensor
+    elapsed: int
+    prev_action: torch.Tensor | None
+    reset: bool
+
+
+class _PlanThread:
+    """Runs plan jobs one at a time off the control thread (real time); results come back through a queue."""
+
+    def __init__(self, run: Callable[[_Job], Plan]) -> None:
+        self._run = run
+        self._jobs: queue.Queue[_Job | None] = queue.Queue(maxsize=1)
+        self.results: queue.Queue[tuple[_Job, Plan | BaseException, float]] = queue.Queue()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._thread = threading.Thread(target=self._work, name="planner", daemon=True)
+        self._thread.start()
+
+    @property
+    def busy(self) -> bool:
+        return not self._idle.is_set()
+
+    def submit(self, job: _Job) -> None:
+        self._idle.clear()
+        self._jobs.put(job)
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            start = time.perf_counter()
+            try:
+                result: Plan | BaseException = self._run(job)
+            except Exception as exc:  # handed to the control thread, which holds and logs
+                result = exc
+            seconds = time.perf_counter() - start
+            self._idle.set()  # before the result, so whoever takes it can submit the next job at once
+            self.results.put((job, result, seconds))
+
+    def close(self) -> None:
+        self._jobs.put(None)
+        self._thread.join(timeout=5.0)
+
+
+class DeployLoop:
+    """One robot, one model store, one planner.
+
+    Args:
+        robot: a `Robot`; a SimRobot also reports episode ends (`take_episode_end`) and its simulated clock.
+        robot_kind: "go2" or "ur5e" (the proprio layout).
+        actuator: turns the task action into robot commands (`simdist.runtime.actuation`).
+        store: the model store (hot swap); its current model plans.
+        planner_config, limits: the MPPI settings (horizon = the model's) and the task's action limits.
+        command: the task command now (the SimRobot's, or a fixed one on hardware).
+        bag: the run's BagWriter (already open), or None.
+        camera: frames to log (and to give a model with a camera branch).
+        realtime: wall-clock control rate (else lockstep).
+        episode_steps: hardware only: ticks per logged episode (a SimRobot ends episodes itself).
+    """
+
+    def __init__(
+        self,
+        *,
+        robot: Any,
+        robot_kind: str,
+        actuator: Actuator,
+        store: ModelStore,
+        planner_config: PlannerConfig,
+        limits: ActionLimits | None = None,
+        command: Callable[[], np.ndarray],
+        control_hz: float,
+        bag: BagWriter | None = None,
+        camera: CameraIngest | None = None,
+        realtime: bool = False,
+        deadline_fraction: float = 0.8,
+        episode_steps: int | None = None,
+        stale_after_s: float = 0.1,
+        seed: int = 0,
+        on_tick: Callable[[int, DeployLoop], None] | None = None,
+    ) -> None:
+        self.robot = robot
+        self.robot_kind = robot_kind
+        self.actuator = actuator
+        self.store = store
+        self.command = command
+        self.period = 1.0 / control_hz
+        self.bag = bag
+        self.camera = camera
+        self.realtime = realtime
+        self.deadline_fraction = deadline_fraction
+        self.episode_steps = episode_steps
+        self.on_tick = on_tick
+        model = store.model
+        self.planner = Planner(model, planner_config, limits=limits, seed=seed)
+        self.history = ObservationHistory(model.history, model.obs_dim, model.act_dim)
+        self.ingest = ProprioIngest(robot_kind, stale_after_s=stale_after_s if realtime else float("inf"))
+        self.stats = LoopStats()
+        self._episode = -1  # episode counter of this run; -1 before the first
+        self._episode_open = False
+        self._episode_ticks = 0
+        self._last_plan: Plan | None = None
+        self._plan_tick = 0
+        self._plan_episode = -1
+        self._prev_action: np.ndarray | None = None
+        self._needs_reset = True
+        self._thread: _PlanThread | None = None
+        self._t0_ns = time.time_ns()
+        self._t0 = 0.0
+
+    # -- clock ---------------------------------------------------------------------------------------------------
+    def _now(self) -> float:
+        if self.realtime or not hasattr(self.robot, "sim_time"):
+            return time.monotonic()
+        return float(self.robot.sim_time)
+
+    def _stamp_ns(self, k: int, now: float) -> int:
+        if self.realtime:
+            return self._t0_ns + int((now - self._t0) * 1e9)
+        return self._t0_ns + round(k * self.period * 1e9)
+
+    # -- planning ------------------------------------------------------------------------------------------------
+    def _compute(self, job: _Job) -> Plan:
+        planner = self.planner
+        planner.model = job.model
+        if job.reset:
+            planner.reset()
+        with torch.inference_mode():
+            ctx = job.model.context(*job.inputs, job.image)
+        return planner.act(ctx, job.command, job.elapsed, prev_action=job.prev_action)
+
+    def _job(self, k: int, command: np.ndarray, image: np.ndarray | None) -> _Job:
+        model = self.store.model
+        elapsed = k - self._plan_tick if self._last_plan is not None else 1
+        image_t = None
+        if image is not None and getattr(model.config, "image", None) is not None:
+            image_t = torch.from_numpy(np.ascontiguousarray(image))[None]
+        reset, self._needs_reset = self._needs_reset, False
+        return _Job(
+            tick=k,
+            episode=self._episode,
+            model=model,
+            inputs=self.history.tensors(),
+            image=image_t,
+            command=torch.from_numpy(np.asarray(command, dtype=np.float32)),
+            elapsed=max(elapsed, 0),
+            prev_action=None if self._prev_action is None else torch.from_numpy(self._prev_action),
+            reset=reset,
+        )
+
+    def _adopt(self, job: _Job, result: Plan | BaseException, seconds: float) -> None:
+        self.stats.plan_seconds.append(seconds)
+        if isinstance(result, BaseException):
+            self.stats.errors += 1
+            log.error("deploy: planning for tick %d failed: %r", job.tick, result)
+            return
+        if job.episode != self._episode:  # a plan from the previous episode arriving late
+            return
+        self._last_plan, self._plan_tick, self._plan_episode = result, job.tick, job.episode
+
+    def _plan(self, k: int, deadline: float, command: np.ndarray, image: np.ndarray | None) -> None:
+        """Make the freshest plan available for tick k, waiting until `deadline` at most (real time)."""
+        if not self.realtime:
+            job = self._job(k, command, image)
+            start = time.perf_counter()
+            self._adopt(job, self._compute(job), time.perf_counter() - start)
+            return
+        assert self._thread is not None
+        submitted = False
+        while True:
+            if not submitted and not self._thread.busy:  # a plan still running for an earlier tick goes first
+                self._thread.submit(self._job(k, command, image))
+                submitted = True
+            try:
+                job, result, seconds = self._thread.results.get(timeout=max(deadline - time.monotonic(), 0.0))
+            except queue.Empty:
+                return
+            self._adopt(job, result, seconds)
+            if job.tick == k:
+                return
+
+    def _action(self, k: int) -> tuple[np.ndarray | None, str]:
+        plan = self._last_plan
+        if plan is None or self._plan_episode != self._episode:
+            return None, "held"
+        offset = k - self._plan_tick
+        if offset == 0:
+            return plan.action.numpy().astype(np.float32), "fresh"
+        if 0 < offset < plan.actions.shape[0]:
+            return plan.actions[offset].numpy().astype(np.float32), "late"
+        return None, "held"
+
+    def _hold_action(self) -> np.ndarray:
+        """The task action a hold amounts to: the Go2 keeps its last targets, the UR5e moves by zero."""
+        if self.robot_kind == "go2" and self._prev_action is not None:
+            return self._prev_action.copy()
+        return np.zeros(self.history.act_dim, dtype=np.float32)
+
+    # -- episodes ------------------------------------------------------------------------------------------------
+    def _end_episode(self, stamp_ns: int, ended: dict[str, Any] | None) -> None:
+        if ended is not None:
+            self.stats.episodes.append(ended)
+        if not self._episode_open:
+            return
+        self._episode_open = False
+        if self.bag is not None:
+            metrics = ended["metrics"] if ended else {}
+            success = bool(metrics.get("success", False))
+            self.bag.end_episode(success=success, stamp_ns=stamp_ns, metrics=metrics)
+
+    def _start_episode(self, stamp_ns: int, state: Any) -> None:
+        self._episode += 1
+        self._episode_open = True
+        self._episode_ticks = 0
+        self.history.reset()
+        self._last_plan = None
+        self._prev_action = None
+        self._needs_reset = True
+        if hasattr(self.actuator, "reset"):
+            self.actuator.reset(state)
+        if self.bag is not None:
+            self.bag.start_episode(
+                model_version=self.store.label, stamp_ns=stamp_ns, command=[float(x) for x in self.command()]
+            )
+
+    # -- one tick ------------------------------------------------------------------------------------------------
+    def tick(self, k: int, deadline: float | None = None) -> None:
+        """Run control tick k (the loop calls this; tests may too)."""
+        now = self._now()
+        stamp = self._stamp_ns(k, now)
+        deadline = now + self.deadline_fraction * self.period if deadline is None else deadline
+        pending = False
+        try:
+            swapped = self.store.poll()
+            if swapped is not None:
+                self.stats.swaps += 1
+                log.info("deploy: tick %d now plans with dynamics %s", k, self.store.label)
+                if self.bag is not None:
+                    self.bag.set_model_version(self.store.label, stamp_ns=stamp)
+            ended = self.robot.take_episode_end() if hasattr(self.robot, "take_episode_end") else None
+            if ended is not None or (self.episode_steps and self._episode_ticks >= self.episode_steps):
+                self._end_episode(stamp, ended)
+            state = self.robot.read()
+            obs = self.ingest(state, now)
+            if not self._episode_open:
+                self._start_episode(stamp, state)
+            self.history.push(obs.vector)
+            pending = True
+            command = self.command()
+            frame = self.camera.read(now) if self.camera is not None else None
+            image = frame.image if frame is not None else None
+            action: np.ndarray | None = None
+            kind = "held"
+            if obs.stale:
+                self.stats.stale += 1
+            else:
+                self._plan(k, deadline, command, image)
+                action, kind = self._action(k)
+            if action is None:
+                action = self._hold_action()
+                self.actuator.hold()
+            else:
+                result = self.actuator.apply(action, state, now)
+                if result.held:
+                    kind = "held"
+                    action = self._hold_action()
+            self.history.record(action)
+            pending = False
+            self._prev_action = action
+            self._count(kind)
+            if self.bag is not None:
+                self.bag.append(
+                    observation=obs.vector,
+                    action=action,
+                    command=command,
+                    state=state,
+                    image=image,
+                    stamp_ns=stamp,
+                )
+        except Exception:
+            self.stats.errors += 1
+            log.exception("deploy: tick %d failed; holding", k)
+            self._safe_hold()
+            if pending:  # keep the history consistent: this step's action was the hold
+                hold = self._hold_action()
+                self.history.record(hold)
+                self._prev_action = hold
+                self._count("held")
+        self.stats.ticks += 1
+        self._episode_ticks += 1
+        self.stats.versions.append(self.store.label)
+        if self.on_tick is not None:
+            self.on_tick(k, self)
+
+    def _count(self, kind: str) -> None:
+        setattr(self.stats, kind, getattr(self.stats, kind) + 1)
+
+    def _safe_hold(self) -> None:
+        try:
+            self.actuator.hold()
+        except Exception:  # the robot itself is failing: nothing safer to send from here
+            log.exception("deploy: hold failed too")
+
+    # -- the run -------------------------------------------------------------------------------------------------
+    def run(
+        self, *, ticks: int | None = None, seconds: float | None = None, stop: threading.Event | None = None
+    ) -> LoopStats:
+        """Run until `ticks` ticks, `seconds` of robot time (ticks x period), or `stop` is set.
+
+        Ctrl-C ends the run after a safe hold; the caller's BagWriter context then closes the bag.
+        """
+        limit = (
+            ticks if ticks is not None else (round(seconds / self.period) if seconds is not None else None)
+        )
+        if self.realtime:
+            self._thread = _PlanThread(self._compute)
+            if hasattr(self.robot, "start"):
+                self.robot.start()
+        self._t0, self._t0_ns = time.monotonic(), time.time_ns()
+        k = 0
+        try:
+            while (limit is None or k < limit) and not (stop is not None and stop.is_set()):
+                deadline = None
+                if self.realtime:
+                    target = self._t0 + k * self.period
+                    delay = target - time.monotonic()
+                    if delay > 0:
+                        time.sleep(delay)
+                    elif -delay >= self.period:  # whole periods passed without a tick: they are missed
+                        skipped = int(-delay // self.period)
+                        self.stats.missed += skipped
+                        k += skipped
+                        target = self._t0 + k * self.period
+                        if limit is not None and k >= limit:
+                            break
+                    deadline = target + self.deadline_fraction * self.period
+                self.tick(k, deadline)
+                k += 1
+        finally:
+            self._safe_hold()
+            if self._thread is not None:
+                self._thread.close()
+                self._thread = None
+            if self.bag is not None and self._episode_open:
+                ended = self.robot.take_episode_end() if hasattr(self.robot, "take_episode_end") else None
+                if ended is not None:
+                    self._end_episode(self._stamp_ns(k, self._now()), ended)
+        return self.stats

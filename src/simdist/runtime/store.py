@@ -1,0 +1,155 @@
+"""The model store of a running planner: the world model in use, and hot swaps of published dynamics versions.
+
+A watcher thread notices a new `dynamics/current`, loads that version and validates it off the control path
+(shapes, finite weights, a finite prediction); the control loop calls `poll()` at a tick boundary, which only swaps
+a reference. `rollback()` is one call. Only the dynamics differ between versions: a new model is a copy of the one
+in use with the new dynamics loaded, so every frozen weight stays the very same.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+from pathlib import Path
+
+import torch
+
+from simdist.errors import CheckpointError
+from simdist.model.checkpoint import current_version, load_checkpoint, read_dynamics
+from simdist.model.checkpoint import rollback as rollback_current
+from simdist.model.world_model import WorldModel
+
+log = logging.getLogger(__name__)
+
+
+def version_label(version: int) -> str:
+    """The name a version has in bags and reports (v0003)."""
+    return f"v{version:04d}"
+
+
+class ModelStore:
+    """The model a planner uses now, for the checkpoint folder `folder`.
+
+    Args:
+        folder: a checkpoint folder (`simdist.model.checkpoint`).
+        poll_s: how often the watcher thread looks at `dynamics/current`.
+    """
+
+    def __init__(
+        self, folder: str | Path, *, poll_s: float = 0.2, device: str | torch.device = "cpu"
+    ) -> None:
+        self.folder = Path(folder)
+        self.poll_s = poll_s
+        self.device = torch.device(device)
+        self.version = current_version(self.folder)
+        self.model = load_checkpoint(self.folder, version=self.version, device=self.device).eval()
+        self._lock = threading.Lock()
+        self._staged: tuple[int, WorldModel] | None = None
+        self._loaded: dict[int, WorldModel] = {self.version: self.model}  # swapped-out models, for rollback
+        self._refused: set[int] = set()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.swaps = 0
+
+    @property
+    def label(self) -> str:
+        return version_label(self.version)
+
+    # -- background: notice, load, validate ------------------------------------------------------------------
+    def start(self) -> ModelStore:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._watch, name="model-store", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            try:
+                self.check()
+            except Exception:  # the watcher must outlive any bad file; the model in use is untouched
+                log.exception("model store: checking %s failed", self.folder)
+
+    def check(self) -> int | None:
+        """Look at `dynamics/current` once; load and stage a new version. Returns the staged version, if any."""
+        try:
+            version = current_version(self.folder)
+        except CheckpointError as exc:  # mid-rollback or a broken pointer: keep what we have
+            log.warning("model store: %s", exc)
+            return None
+        with self._lock:
+            staged = self._staged[0] if self._staged else None
+        if version in (self.version, staged) or version in self._refused:
+            return None
+        try:
+            model = self._load(version)
+        except CheckpointError as exc:
+            self._refused.add(version)
+            log.error("model store: refusing dynamics %s: %s", version_label(version), exc)
+            return None
+        with self._lock:
+            self._staged = (version, model)
+        log.info("model store: dynamics %s loaded and validated", version_label(version))
+        return version
+
+    def _load(self, version: int) -> WorldModel:
+        if version in self._loaded:
+            return self._loaded[version]
+        model = copy.deepcopy(self.model)
+        state = read_dynamics(self.folder, version, model=model)  # shapes, dtypes, finiteness
+        model.dynamics.load_state_dict(state, strict=True)
+        model.eval()
+        self._validate(model, version)
+        self._loaded[version] = model
+        return model
+
+    @torch.no_grad()
+    def _validate(self, model: WorldModel, version: int) -> None:
+        """A prediction from a neutral context must be finite (weights can be finite and still overflow)."""
+        h, o, a = model.history, model.obs_dim, model.act_dim
+        n = model.normalizer
+        obs = n.obs_mean.reshape(1, o).to(self.device)
+        ctx = model.context(
+            obs.expand(h, o)[None],
+            torch.zeros(1, h, a, device=self.device),
+            torch.zeros(1, h, dtype=torch.bool),
+            obs,
+        )
+        latents = model.predict(ctx, n.action_mean.reshape(1, 1, a).expand(1, model.horizon, a))
+        if not bool(torch.isfinite(latents).all()):
+            raise CheckpointError(
+                f"{self.folder}: dynamics {version_label(version)} predicts non-finite latents"
+            )
+
+    # -- control path ------------------------------------------------------------------------------------------
+    def poll(self) -> int | None:
+        """At a tick boundary: swap in a staged version (a reference swap). Returns the new version, if swapped."""
+        with self._lock:
+            staged, self._staged = self._staged, None
+        if staged is None:
+            return None
+        self.version, self.model = staged
+        self.swaps += 1
+        return self.version
+
+    def rollback(self, version: int | None = None) -> int:
+        """Point `dynamics/current` at `version` (default: the newest one older than the current) and stage it.
+
+        The planner uses it from the next tick boundary. Raises CheckpointError when there is nothing to roll to.
+        """
+        target = rollback_current(self.folder, version)
+        model = self._load(target)
+        with self._lock:
+            self._staged = (target, model)
+        return target
+
+    def reload_now(self) -> int | None:
+        """Check and swap at once (between runs, not in the control loop)."""
+        self.check()
+        return self.poll()
