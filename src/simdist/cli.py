@@ -14,6 +14,9 @@ VERBS: dict[str, tuple[str, str]] = {
     "render": ("simdist.sim.render", "write a video or image strip of a rollout"),
     "bench": ("simdist.bench", "measure speed as ratios to a baseline measured in the same run"),
     "train": ("simdist.train.commands", "pretrain or evaluate the world model"),
+    "deploy": ("simdist.runtime.deploy", "run the planner on a robot (default sim:PROFILE) and log a bag"),
+    "finetune": ("simdist.runtime.finetune", "finetune the dynamics on run bags; publish a validated version"),
+    "adapt": ("simdist.runtime.adapt", "rounds of deploy, finetune, hot swap and evaluation on sim:PROFILE"),
 }
 
 
