@@ -9,15 +9,15 @@ import torch
 
 from simdist.model import ImageConfig, WorldModel, load_model_config
 
-O, A, C = 6, 3, 2
+OBS, A, C = 6, 3, 2
 
 
 def _model(seed: int = 0, **changes) -> WorldModel:
     torch.manual_seed(seed)
     config = dataclasses.replace(load_model_config("tiny"), **changes)
-    model = WorldModel(O, A, C, config)
+    model = WorldModel(OBS, A, C, config)
     stats = {
-        "proprio": {"mean": [0.5] * O, "std": [2.0] * O},
+        "proprio": {"mean": [0.5] * OBS, "std": [2.0] * OBS},
         "action": {"mean": [0.1] * A, "std": [0.3] * A},
         "command": {"mean": [1.0] * C, "std": [0.5] * C},
         "reward": {"mean": [-3.0], "std": [4.0]},
@@ -31,10 +31,10 @@ def _inputs(model: WorldModel, b: int = 1, seed: int = 1):
     g = torch.Generator().manual_seed(seed)
     h = model.history
     return (
-        torch.randn(b, h, O, generator=g),
+        torch.randn(b, h, OBS, generator=g),
         torch.randn(b, h, A, generator=g),
         torch.ones(b, h, dtype=torch.bool),
-        torch.randn(b, O, generator=g),
+        torch.randn(b, OBS, generator=g),
     )
 
 
@@ -80,7 +80,7 @@ def test_inputs_and_outputs_are_raw_units():
     plain.normalizer.load_stats(
         {
             f: {"mean": [0.0] * d, "std": [1.0] * d}
-            for f, d in [("proprio", O), ("action", A), ("command", C), ("reward", 1), ("value", 1)]
+            for f, d in [("proprio", OBS), ("action", A), ("command", C), ("reward", 1), ("value", 1)]
         }
     )
     obs_hist, act_hist, mask, obs = _inputs(model)

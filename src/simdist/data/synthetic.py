@@ -25,7 +25,9 @@ def linear_system_episodes(
     """
     rng = np.random.default_rng(seed)
     a_matrix = np.eye(obs_dim) * 0.9 + rng.normal(0, 0.05, (obs_dim, obs_dim))
-    b_matrix = rng.normal(0, 0.5, (obs_dim, act_dim))
+    a_matrix *= min(1.0, 0.95 / np.abs(np.linalg.eigvals(a_matrix)).max())  # stable at any size
+    b_matrix = rng.normal(0, 0.5 / np.sqrt(max(obs_dim / 6, 1.0)), (obs_dim, act_dim))
+    b_norm2 = float(np.linalg.norm(b_matrix, 2) ** 2)  # keeps the closed loop stable (no period-2 ringing)
     out = []
     for e in range(num_episodes):
         n = int(rng.integers(length[0], length[1] + 1)) if isinstance(length, tuple) else length
@@ -37,7 +39,7 @@ def linear_system_episodes(
         for t in range(n):
             target = np.zeros(obs_dim)
             target[:cmd_dim] = command[t]
-            expert = np.clip(-0.5 * b_matrix.T @ (x - target), -2, 2)
+            expert = np.clip(-0.5 * b_matrix.T @ (x - target) / b_norm2, -2, 2)
             noisy = rng.random() < 0.3
             action = expert + (rng.normal(0, noise_std, act_dim) if noisy else 0.0)
             proprio.append(x.copy())
