@@ -13,6 +13,8 @@ from simdist.errors import SimdistError
 VERBS: dict[str, tuple[str, str]] = {
     "render": ("simdist.sim.render", "write a video or image strip of a rollout"),
     "bench": ("simdist.bench", "measure speed as ratios to a baseline measured in the same run"),
+    "expert": ("simdist.experts.commands", "train or evaluate a task's privileged expert"),
+    "data": ("simdist.data.commands", "generate the pretraining corpus"),
     "train": ("simdist.train.commands", "pretrain or evaluate the world model"),
     "deploy": ("simdist.runtime.deploy", "run the planner on a robot (default sim:PROFILE) and log a bag"),
     "finetune": ("simdist.runtime.finetune", "finetune the dynamics on run bags; publish a validated version"),

@@ -4,6 +4,8 @@ Proprio (35, what the real Go2's lowstate measures): IMU gyro (3), projected gra
 joint positions relative to the standing pose (12), joint velocities (12), foot contact forces (4, N), and the IMU's
 vertical specific force (1, m/s^2 minus g). Command (3): forward speed, lateral speed (m/s), yaw rate (rad/s).
 Action (12): joint-position offsets; target = standing pose + action_scale * action, in Unitree order.
+Clock (2): sin and cos of a 2 Hz trot phase counted from the episode start; the controller's own clock, given to
+the expert's actor (not a sensor, so not part of proprio).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from simdist.sim.vec_env import Obs, SimVecEnv
 
 STAND_POSE = np.array([0.0, 0.9, -1.8] * 4)
 STAND_HEIGHT = 0.30
+GAIT_HZ = 2.0
 LEGS = ("FR", "FL", "RR", "RL")
 PRIVILEGED_PARAMS = (
     "friction",
@@ -38,6 +41,7 @@ class Go2Env(SimVecEnv):
     command_dim = 3
     action_dim = 12
     privileged_dim = 35 + 3 + 1 + len(PRIVILEGED_PARAMS) + 3
+    extra_obs = {"clock": 2}
 
     def build_model(self) -> mujoco.MjModel:
         spec = mujoco.MjSpec.from_file(str(assets_dir() / "go2.xml"))
@@ -165,11 +169,16 @@ class Go2Env(SimVecEnv):
         height = np.einsum("ni,ni->n", s["pos"], normal)[:, None]
         params = np.stack([self.params[k] for k in PRIVILEGED_PARAMS], axis=1)
         privileged = np.concatenate([clean, s["vel_body"], height, params, self.command], axis=1)
+        phase = self._phase()
         return {
             "proprio": noisy.astype(np.float32),
             "command": self.command.astype(np.float32),
             "privileged": privileged.astype(np.float32),
+            "clock": np.stack([np.sin(phase), np.cos(phase)], axis=1).astype(np.float32),
         }
+
+    def _phase(self) -> np.ndarray:
+        return 2 * math.pi * GAIT_HZ * self.steps * self.dt
 
     def _progress(self) -> np.ndarray:
         theta = self._slopes()
@@ -202,18 +211,27 @@ class Go2Env(SimVecEnv):
             "torques": np.square(torques).sum(axis=1),
             "action_rate": np.square(actions - self.prev_action).sum(axis=1),
             "joint_limit": near_limit.astype(float),
+            "gait": self._gait_match(s["foot_force"]),
             "alive": np.ones(self.num_envs),
             "fall": self._fell().astype(float),
         }
         total = sum(w.get(k, 0.0) * v for k, v in terms.items())
         return np.asarray(total) * self.dt, terms
 
+    def _gait_match(self, foot_force: np.ndarray) -> np.ndarray:
+        """Share of feet whose contact matches a trot (FR+RL, then FL+RR); all four down when told to stand."""
+        stance_a = np.sin(self._phase()) >= 0
+        desired = np.stack([stance_a, ~stance_a, ~stance_a, stance_a], axis=1)
+        moving = np.abs(self.command).sum(axis=1) > 0.05
+        desired = np.where(moving[:, None], desired, True)
+        return ((foot_force > 5.0) == desired).mean(axis=1)
+
     def terminated(self) -> np.ndarray:
         return self._fell()
 
     def scripted_action(self) -> np.ndarray:
         """An open-loop trot (diagonal pairs in phase), for rendering and smoke tests; not a controller."""
-        phase = 2 * math.pi * 2.0 * self.steps * self.dt  # 2 Hz gait
+        phase = self._phase()
         swing = np.stack([np.sin(phase), np.sin(phase + math.pi)], axis=1)  # FR+RL, FL+RR
         pair = swing[:, [0, 1, 1, 0]]
         actions = np.zeros((self.num_envs, 4, 3))
@@ -221,9 +239,16 @@ class Go2Env(SimVecEnv):
         actions[:, :, 2] = 1.2 * np.clip(pair, 0, None)  # and calf folded
         return actions.reshape(self.num_envs, 12)
 
+    def _commanded(self) -> np.ndarray:
+        """Forward distance the command asks for over the whole episode (capped at the finish marker, if any)."""
+        commanded = self.command[:, 0] * self.cfg.episode_steps * self.dt
+        if self.cfg.terrain.finish_m > 0:
+            commanded = np.minimum(commanded, self.cfg.terrain.finish_m)
+        return commanded
+
     def metrics(self) -> dict[str, np.ndarray]:
         return {
             "progress_m": self._progress(),
-            "commanded_m": self.command[:, 0] * self.steps * self.dt,
+            "commanded_m": self._commanded(),
             "fell": self._fell(),
         }

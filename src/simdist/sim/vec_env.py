@@ -34,6 +34,7 @@ class SimVecEnv(gym.vector.VectorEnv):
     command_dim: int
     privileged_dim: int
     action_dim: int
+    extra_obs: dict[str, int] = {}  # further observation keys a robot adds (the Go2's gait clock)
 
     def __init__(
         self,
@@ -72,6 +73,7 @@ class SimVecEnv(gym.vector.VectorEnv):
             "proprio": gym.spaces.Box(-np.inf, np.inf, (self.proprio_dim,), np.float32),
             "command": gym.spaces.Box(-np.inf, np.inf, (self.command_dim,), np.float32),
             "privileged": gym.spaces.Box(-np.inf, np.inf, (self.privileged_dim,), np.float32),
+            **{k: gym.spaces.Box(-np.inf, np.inf, (dim,), np.float32) for k, dim in self.extra_obs.items()},
         }
         self._renderer: mujoco.Renderer | None = None
         if cfg.camera.enabled:
@@ -236,6 +238,7 @@ class SimVecEnv(gym.vector.VectorEnv):
             "episode_id": self.episode_ids.copy(),
             "step": self.steps.copy(),
             "unstable": unstable,
+            "action": actions.copy(),  # as executed (sanitised and clipped), before any reset zeroes last_action
             **{k: v for k, v in self.counters.items()},
         }
         done = terminated | truncated

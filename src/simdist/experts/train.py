@@ -1,0 +1,180 @@
+"""`simdist expert train`: PPO experts (rsl-rl-lib) or the scripted peg expert, saved with checkpoints and critic.
+
+The actor sees what a real robot has (proprio, command, and the Go2's gait clock); the critic sees privileged
+simulator truth. Checkpoints are kept at configured iterations, from near-random to final, as the data recipe
+mixes them in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from rich.console import Console
+from rsl_rl.runners import OnPolicyRunner
+
+from simdist.config import config_hash
+from simdist.experts.config import ExpertConfig
+from simdist.experts.evaluate import evaluate
+from simdist.experts.policy import SCHEMA_VERSION, ExpertPolicy, atomic_json, atomic_safetensors, build_mlp
+from simdist.experts.rsl_env import RslVecEnv, obs_groups
+from simdist.sim import make_env
+from simdist.sim.config import TaskConfig
+
+console = Console(stderr=True)
+# Real-world profile of each task: the expert is also evaluated there (that gap is what adaptation must close).
+REAL_PROFILE = {"go2_slope": "ptfe", "go2_foam": "foam", "ur5e_peg": "real"}
+
+
+def _manifest_base(cfg: TaskConfig, ecfg: ExpertConfig, preset: str, env: Any, kind: str) -> dict[str, Any]:
+    groups = obs_groups(env)
+    dims = {k: int(env.single_observation_space[k].shape[0]) for k in sorted({*groups["actor"], *groups["critic"]})}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": kind,
+        "task": cfg.task,
+        "preset": preset,
+        "config_hash": config_hash({"task": dataclasses.asdict(cfg), "expert": dataclasses.asdict(ecfg)}),
+        "obs_groups": groups,
+        "obs_dims": dims,
+        "action_dim": env.action_dim,
+        "actor_hidden": ecfg.actor_hidden,
+        "critic_hidden": ecfg.critic_hidden,
+        "activation": ecfg.activation,
+        "action_scales": [cfg.peg.action_scale_m, cfg.peg.action_scale_rad],
+    }
+
+
+def _rsl_config(ecfg: ExpertConfig, groups: dict[str, list[str]]) -> dict[str, Any]:
+    return {
+        "num_steps_per_env": ecfg.steps_per_env,
+        "save_interval": 10**9,  # rsl-rl's own pickled saves are not used; checkpoints are safetensors
+        "obs_groups": groups,
+        "check_for_nan": True,
+        "algorithm": {
+            "class_name": "PPO", "num_learning_epochs": ecfg.learning_epochs, "num_mini_batches": ecfg.mini_batches,
+            "clip_param": 0.2, "gamma": ecfg.gamma, "lam": ecfg.lam, "value_loss_coef": 1.0,
+            "entropy_coef": ecfg.entropy_coef, "learning_rate": ecfg.learning_rate, "max_grad_norm": 1.0,
+            "schedule": "adaptive", "desired_kl": ecfg.desired_kl,
+        },
+        "actor": {
+            "class_name": "MLPModel", "hidden_dims": ecfg.actor_hidden, "activation": ecfg.activation,
+            "obs_normalization": True,
+            "distribution_cfg": {"class_name": "GaussianDistribution", "init_std": ecfg.init_std},
+        },
+        "critic": {"class_name": "MLPModel", "hidden_dims": ecfg.critic_hidden, "activation": ecfg.activation,
+                   "obs_normalization": True},
+    }
+
+
+def _quick_return(policy: ExpertPolicy, cfg: TaskConfig, episodes: int) -> float:
+    return evaluate(policy.act, cfg, "sim", episodes)["mean_return"]
+
+
+def train_ppo(cfg: TaskConfig, ecfg: ExpertConfig, preset: str, out: Path, log_dir: Path | None) -> dict[str, Any]:
+    torch.manual_seed(ecfg.seed)
+    env = make_env(cfg, "sim", num_envs=ecfg.num_envs, seed=ecfg.seed, randomize=True)
+    rsl_env = RslVecEnv(env)
+    manifest = _manifest_base(cfg, ecfg, preset, env, "ppo")
+    runner = OnPolicyRunner(rsl_env, _rsl_config(ecfg, manifest["obs_groups"]),
+                            log_dir=str(log_dir) if log_dir else None, device="cpu")
+    marks = sorted({c for c in ecfg.checkpoints if c < ecfg.iterations})
+    entries: list[dict[str, Any]] = []
+    start, it = time.monotonic(), 0
+    quick = max(6, ecfg.eval_episodes // 10)
+
+    def save(name: str) -> dict[str, Any]:
+        file = f"policy_{name}.safetensors"
+        atomic_safetensors(out / file, runner.alg.actor.state_dict())
+        policy = ExpertPolicy(manifest, name, model=runner.alg.actor)
+        runner.alg.actor.eval()
+        entry = {"name": name, "file": file, "iteration": it, "eval_return": _quick_return(policy, cfg, quick)}
+        runner.alg.train_mode()
+        return entry
+
+    budget_s = ecfg.max_minutes * 60
+    while it < ecfg.iterations and time.monotonic() - start < budget_s:
+        if it in marks:
+            entries.append(save(f"{it:05d}"))
+            console.print(f"[{cfg.task}] iteration {it}: checkpoint, return {entries[-1]['eval_return']:.2f}")
+        next_stop = min([m for m in marks if m > it] + [ecfg.iterations, it + 10])
+        runner.learn(next_stop - it)
+        it = next_stop
+    final = save("final")
+    atomic_safetensors(out / "critic.safetensors", runner.alg.critic.state_dict())
+    manifest.update(checkpoints=entries, final=final, critic="critic.safetensors", iterations=it,
+                    train_minutes=(time.monotonic() - start) / 60)
+    env.close()
+    return manifest
+
+
+def train_scripted_peg(cfg: TaskConfig, ecfg: ExpertConfig, preset: str, out: Path) -> dict[str, Any]:
+    """The privileged peg controller as expert; checkpoints are degraded versions; the critic is fitted to returns."""
+    start = time.monotonic()
+    env = make_env(cfg, "sim", num_envs=ecfg.num_envs, seed=ecfg.seed, randomize=True)
+    manifest = _manifest_base(cfg, ecfg, preset, env, "scripted")
+    levels = [{"gain": 0.5 * f, "noise": 0.6 * (1 - f)} for f in (0.1, 0.3, 0.5, 0.7, 0.9)]
+    entries = []
+    for k, level in enumerate(levels):
+        policy = ExpertPolicy(manifest, f"level{k}", level=level, rng=np.random.default_rng(k))
+        entries.append({"name": f"level{k}", "level": level, "iteration": k,
+                        "eval_return": _quick_return(policy, cfg, max(6, ecfg.eval_episodes // 10))})
+    final_level = {"gain": 0.5, "noise": 0.0}
+    final_policy = ExpertPolicy(manifest, "final", level=final_level)
+    # Critic: regress privileged observations onto Monte-Carlo discounted returns of the final expert.
+    obs_buf, rew_buf, done_buf = [], [], []
+    obs, _ = env.reset(seed=ecfg.seed)
+    for _ in range(cfg.episode_steps * 3):
+        obs_buf.append({k: obs[k].copy() for k in manifest["obs_dims"]})
+        obs, reward, terminated, truncated, _ = env.step(final_policy.act(obs))
+        rew_buf.append(reward)
+        done_buf.append(terminated | truncated)
+    returns = np.zeros_like(rew_buf[0])
+    targets = []
+    for reward, done in zip(reversed(rew_buf), reversed(done_buf), strict=True):
+        returns = reward + ecfg.gamma * returns * (~done)
+        targets.append(returns.copy())
+    targets = torch.as_tensor(np.concatenate(targets[::-1]), dtype=torch.float32)
+    from tensordict import TensorDict
+
+    inputs = TensorDict({k: torch.as_tensor(np.concatenate([o[k] for o in obs_buf])) for k in manifest["obs_dims"]},
+                        batch_size=[len(targets)])
+    critic = build_mlp(manifest, "critic")
+    critic.update_normalization(inputs)
+    optim = torch.optim.Adam(critic.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(ecfg.seed)
+    for _ in range(ecfg.critic_fit_steps):
+        idx = torch.randint(len(targets), (256,), generator=gen)
+        loss = torch.mean((critic(inputs[idx])[:, 0] - targets[idx]) ** 2)
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+    atomic_safetensors(out / "critic.safetensors", critic.state_dict())
+    final = {"name": "final", "level": final_level, "iteration": len(levels),
+             "eval_return": _quick_return(final_policy, cfg, max(6, ecfg.eval_episodes // 10))}
+    manifest.update(checkpoints=entries, final=final, critic="critic.safetensors", iterations=len(levels),
+                    critic_fit_mse=float(loss), train_minutes=(time.monotonic() - start) / 60)
+    env.close()
+    return manifest
+
+
+def train_expert(cfg: TaskConfig, ecfg: ExpertConfig, preset: str, out: Path, log_dir: Path | None = None) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    if cfg.robot == "ur5e" and ecfg.peg_expert == "scripted":
+        manifest = train_scripted_peg(cfg, ecfg, preset, out)
+    else:
+        manifest = train_ppo(cfg, ecfg, preset, out, log_dir)
+    atomic_json(out / "manifest.json", manifest)  # written first without figures: the expert is usable
+    from simdist.experts.policy import Expert
+
+    expert = Expert(out)
+    manifest["evaluation"] = {
+        profile: evaluate(expert.final.act, cfg, profile, ecfg.eval_episodes)
+        for profile in ("sim", REAL_PROFILE.get(cfg.task, "sim"))
+    }
+    atomic_json(out / "manifest.json", manifest)
+    return manifest

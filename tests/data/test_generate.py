@@ -1,0 +1,105 @@
+"""Data generation by the recipe: mixture, noise schedule, expert_flag, interrupt-and-resume."""
+
+import dataclasses
+import json
+
+import h5py
+import numpy as np
+import pytest
+
+from simdist.data.generate import NoiseSchedule, generate, generate_shard, load_data_config
+from simdist.sim import load_task
+
+
+class ConstantPolicy:
+    def __init__(self, value: float) -> None:
+        self.value, self.rng = value, None
+
+    def act(self, obs):
+        return np.full((len(obs["proprio"]), 12), self.value, dtype=np.float32)
+
+
+class FakeExpert:
+    """Final expert acts 0; checkpoint k acts (k + 1) / 10: the recorded action tells who acted."""
+
+    manifest = {"config_hash": "fake"}
+
+    def __init__(self) -> None:
+        self.final = ConstantPolicy(0.0)
+        self.policies = [ConstantPolicy((k + 1) / 10) for k in range(3)]
+
+    def reseed(self, seed):
+        pass
+
+    def value(self, obs):
+        return obs["proprio"][:, 0] * 0 + 1.5
+
+
+def test_noise_schedule_statistics():
+    dcfg = load_data_config("default")
+    rng = np.random.default_rng(0)
+    sched = NoiseSchedule(dcfg, 400, 12, rng)
+    assert (sched.std >= 0.05).all() and (sched.std <= 2.5).all()
+    noisy = np.stack([sched.step() for _ in range(3000)], axis=1)  # (envs, steps)
+    bursts, cleans = [], []
+    for row, never in zip(noisy, sched.never, strict=True):
+        if never:
+            assert not row.any()
+            continue
+        edges = np.flatnonzero(np.diff(row.astype(int))) + 1
+        runs = np.split(row, edges)[1:-1]  # drop the truncated first and last runs
+        bursts += [len(r) for r in runs if r[0]]
+        cleans += [len(r) for r in runs if not r[0]]
+    assert min(bursts) >= 1 and max(bursts) <= 49 and abs(np.mean(bursts) - 25) < 1.5
+    assert min(cleans) >= 25 and max(cleans) <= 499 and abs(np.mean(cleans) - 262) < 15
+    assert abs(sched.never.mean() - 0.025) < 0.02
+
+
+def test_mixture_and_expert_flag():
+    cfg = load_task("go2_foam", {"episode_seconds": 1.0})
+    dcfg = dataclasses.replace(load_data_config("tiny"), num_envs=8, never_noised_share=0.0)
+    episodes = generate_shard(cfg, dcfg, FakeExpert(), shard=0, target_steps=8000)
+    policy = np.array([p["policy"] for _, p in episodes])
+    assert abs((policy == 0).mean() - 0.5) < 0.12  # final expert with p = 0.5 per reset
+    counts = np.bincount(policy[policy > 0].astype(int), minlength=4)[1:]
+    assert counts.min() > 0.5 * counts.mean()  # checkpoints drawn uniformly
+    for arrays, p in episodes:
+        action, flag = arrays["action"], arrays["expert_flag"]
+        clean = np.all(action == action[:, :1], axis=1) & np.isclose(action[:, 0], 0.0 if p["policy"] == 0 else p["policy"] / 10)
+        if p["policy"] == 0:
+            np.testing.assert_array_equal(flag, clean)  # flag exactly where the expert acted unnoised
+        else:
+            assert not flag.any()  # never set while a checkpoint acts
+        np.testing.assert_allclose(arrays["value"], 1.5)
+
+
+def test_interrupt_and_resume_give_the_same_dataset(tmp_path, monkeypatch):
+    import simdist.data.generate as gen
+
+    cfg = load_task("go2_foam", {"episode_seconds": 1.0})
+    dcfg = dataclasses.replace(load_data_config("tiny"), steps=900, steps_per_shard=300)
+    monkeypatch.setattr(gen, "Expert", lambda _: FakeExpert())
+    whole = generate(cfg, dcfg, tmp_path / "expert", tmp_path / "a", "tiny")
+    real_shard = gen.generate_shard
+    calls = {"n": 0}
+
+    def interrupted(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real_shard(*args, **kwargs)
+
+    monkeypatch.setattr(gen, "generate_shard", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        generate(cfg, dcfg, tmp_path / "expert", tmp_path / "b", "tiny")
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    assert [s["file"] for s in manifest["shards"]] == ["shard_00000.h5"] and not manifest["complete"]
+    monkeypatch.setattr(gen, "generate_shard", real_shard)
+    resumed = generate(cfg, dcfg, tmp_path / "expert", tmp_path / "b", "tiny")
+    assert resumed["shards"] == whole["shards"] == 3 and resumed["steps"] == whole["steps"]
+    for k in range(3):
+        name = f"shard_{k:05d}.h5"
+        with h5py.File(tmp_path / "a" / name) as fa, h5py.File(tmp_path / "b" / name) as fb:
+            assert set(fa) == set(fb)
+            for key in fa:
+                np.testing.assert_array_equal(fa[key][()], fb[key][()], err_msg=f"{name}:{key}")
