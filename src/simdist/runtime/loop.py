@@ -325,8 +325,12 @@ class DeployLoop:
             if obs.stale:
                 self.stats.stale += 1
             else:
-                self._plan(k, deadline, command, image)
-                action, kind = self._action(k)
+                try:
+                    self._plan(k, deadline, command, image)
+                    action, kind = self._action(k)
+                except Exception:  # a failed plan: hold this tick, log it, and still record the tick
+                    self.stats.errors += 1
+                    log.exception("deploy: planning for tick %d failed; holding", k)
             if action is None:
                 action = self._hold_action()
                 self.actuator.hold()

@@ -1,0 +1,115 @@
+"""Task actions reach robots in task units: the UR5e Cartesian path (servoL on fake RTDE) mirrors the sim's tool
+target, Go2 joint targets go through the safety filter, and camera frames come from OpenCV or the simulator."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import FAST_PLANNER
+
+from simdist.hardware.sim_robot import SimRobot
+from simdist.hardware.ur5e import UR5eRobot, quaternion_to_rotvec, rotvec_to_quaternion
+from simdist.runtime.actuation import CartesianActuator, JointActuator, ToolTarget
+from simdist.runtime.deploy import run_deploy
+from simdist.runtime.ingest import CameraIngest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hardware"))
+from test_hw_ur5e import FakeControl, FakeReceive  # noqa: E402
+
+
+class ServoLControl(FakeControl):
+    def servoL(self, *args: object) -> bool:  # noqa: N802 - ur_rtde's name
+        self.calls.append(("servoL", *args))
+        return True
+
+
+def test_rotvec_round_trip() -> None:
+    for rotvec in ([0.0, 0.0, 0.0], [0.3, -1.2, 2.0], [np.pi, 0.0, 0.0]):
+        np.testing.assert_allclose(quaternion_to_rotvec(rotvec_to_quaternion(rotvec)), rotvec, atol=1e-9)
+
+
+def test_tool_target_mirrors_the_simulator() -> None:
+    robot = SimRobot("ur5e_peg", "sim", seed=2, overrides={"nominal.sensor_noise_scale": 0})
+    pc = robot.cfg.peg
+    tool = ToolTarget(scale_m=pc.action_scale_m, scale_rad=pc.action_scale_rad, hole_depth=pc.hole_depth)
+    tool.position, tool.yaw = robot.env.target_pos[0].copy(), float(robot.env.target_yaw[0])
+    rng = np.random.default_rng(0)
+    for _ in range(15):
+        action = rng.uniform(-1, 1, 4)
+        tool.step(action, robot.command())
+        robot.send_action(action)
+        np.testing.assert_allclose(tool.position, robot.env.target_pos[0], atol=1e-6)
+        assert tool.yaw == pytest.approx(robot.env.target_yaw[0], abs=1e-6)
+    robot.stop()
+
+
+def test_cartesian_actuator_sends_servol_and_holds_on_nan() -> None:
+    control, receive = ServoLControl(), FakeReceive()
+    robot = UR5eRobot(receive, control, control_hz=10.0, lookahead_time=0.1, gain=300.0)
+    state = robot.read()
+    hole = np.array([0.45, -0.05, 0.04, 0.0], dtype=np.float32)
+    tool = ToolTarget(scale_m=0.01, scale_rad=0.05, hole_depth=0.04)
+    actuator = CartesianActuator(robot, tool, command=lambda: hole)
+    actuator.apply(np.array([1.0, 0.0, -1.0, 0.5]), state, now=state.timestamp)
+    name, pose, speed, accel, t, lookahead, gain = control.calls[-1]
+    assert name == "servoL" and (t, lookahead, gain) == (pytest.approx(0.1), 0.1, 300.0)
+    np.testing.assert_allclose(pose[:3], [0.41, -0.1, 0.29], atol=1e-9)  # measured TCP + 1 cm x, -1 cm z
+    expected_yaw = np.pi / 2 + 0.025  # the FakeReceive tool's yaw, plus 0.5 x 0.05 rad
+    rot = np.zeros(9)
+    import mujoco
+
+    mujoco.mju_quat2Mat(rot, rotvec_to_quaternion(pose[3:]))
+    rot = rot.reshape(3, 3)
+    assert np.arctan2(rot[1, 0], rot[0, 0]) == pytest.approx(expected_yaw) and rot[2, 2] == pytest.approx(
+        -1.0
+    )
+    for _ in range(30):  # the workspace box around the hole estimate bounds the target
+        actuator.apply(np.array([1.0, 1.0, 1.0, 0.0]), state, now=state.timestamp)
+    np.testing.assert_allclose(control.calls[-1][1][:3], hole[:3] + [0.12, 0.12, 0.25], atol=1e-6)
+    result = actuator.apply(np.array([np.nan, 0, 0, 0]), state, now=state.timestamp)
+    assert result.held and control.calls[-1][0] == "servoStop"
+
+
+def test_go2_hardware_path_runs_through_the_safety_filter(go2_model: Path) -> None:
+    robot = SimRobot("go2_slope", "sim", seed=0)
+    sent: list[np.ndarray] = []
+    original = robot.send
+    robot.send = lambda command: (sent.append(command.joint_targets.copy()), original(command))[1]  # type: ignore[method-assign]
+    result = run_deploy(
+        "go2_slope", "sim:sim", go2_model, ticks=15, safety=True, robot=robot, planner_overrides=FAST_PLANNER
+    )
+    assert result.stats.ticks == 15 and result.stats.errors == 0 and len(sent) >= 15
+    steps = np.abs(np.diff(np.stack(sent), axis=0)).max()
+    assert steps <= 0.3 + 1e-9  # the filter's per-tick limit
+    actuator = JointActuator(robot, action_scale=0.25, safety=None)
+    np.testing.assert_allclose(actuator.targets(np.zeros(12)), [0.0, 0.9, -1.8] * 4)
+
+
+def test_camera_from_a_video_file_and_from_the_simulator(tmp_path: Path) -> None:
+    cv2 = pytest.importorskip("cv2")
+    path = tmp_path / "clip.avi"
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 10, (48, 32))
+    for _ in range(5):
+        frame = np.zeros((32, 48, 3), np.uint8)
+        frame[..., 2] = 200  # BGR: red
+        writer.write(frame)
+    writer.release()
+    camera = CameraIngest(str(path), width=64, height=64)
+    try:
+        for _ in range(500):
+            frame = camera.read()
+            if frame is not None:
+                break
+            __import__("time").sleep(0.01)
+        assert frame is not None and frame.image.shape == (64, 64, 3)
+        assert frame.image[..., 0].mean() > 150 and frame.image[..., 2].mean() < 50  # RGB now
+    finally:
+        camera.close()
+    sim = CameraIngest(lambda: np.full((16, 16, 3), 7, np.uint8), width=64, height=64, clock=lambda: 3.0)
+    got = sim.read()
+    assert got is not None and got.image.shape == (64, 64, 3) and got.timestamp == 3.0 and not got.stale
+    with pytest.raises(Exception, match="cannot open"):
+        CameraIngest(str(tmp_path / "missing.avi"))

@@ -1,0 +1,146 @@
+"""The deploy loop: a bag with every schema topic at the control rate, lockstep determinism, holds on errors,
+Ctrl-C leaves a readable bag, and a slow planner in real time really misses its deadlines."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import FAST_PLANNER
+
+from simdist.bags import read_episodes, read_topics, schema
+from simdist.runtime.deploy import run_deploy
+from simdist.runtime.loop import DeployLoop
+
+
+@pytest.mark.parametrize(
+    ("task", "seconds", "fixture"), [("go2_slope", 2.0, "go2_model"), ("ur5e_peg", 1.0, "ur5e_model")]
+)
+def test_bag_has_every_topic_of_the_robot_at_the_control_rate(
+    task: str, seconds: float, fixture: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    model = request.getfixturevalue(fixture)
+    result = run_deploy(
+        task, "sim:sim", model, seconds=seconds, bag_dir=tmp_path / "bags", planner_overrides=FAST_PLANNER
+    )
+    assert result.bag is not None and result.bag.name == "run_01"
+    robot = "go2" if task.startswith("go2") else "ur5e"
+    hz = 50.0 if robot == "go2" else 10.0
+    ticks = round(seconds * hz)
+    assert result.stats.ticks == ticks and result.stats.fresh == ticks and result.stats.errors == 0
+    topics = [t for t in schema.topics_for(robot) if t != schema.EVENTS]
+    data = read_topics(result.bag, [*topics, schema.EVENTS])
+    for topic in topics:
+        times = np.array([t for t, _ in data[topic]])
+        assert len(times) == ticks, topic
+        np.testing.assert_allclose(np.diff(times) / 1e9, 1.0 / hz, atol=1e-6, err_msg=topic)
+    kinds = [__import__("json").loads(m.data)["event"] for _, m in data[schema.EVENTS]]
+    assert kinds[0] == schema.RUN_START and kinds[-1] == schema.RUN_END and schema.EPISODE_START in kinds
+    episodes = read_episodes(result.bag)
+    assert sum(len(e["proprio"]) for e in episodes) == ticks
+    assert all((e["model_version"] == "v0000").all() for e in episodes)
+    second = run_deploy(
+        task, "sim:sim", model, ticks=3, bag_dir=tmp_path / "bags", planner_overrides=FAST_PLANNER
+    )
+    assert second.bag is not None and second.bag.name == "run_02"
+
+
+def test_lockstep_runs_are_deterministic(go2_model: Path, tmp_path: Path) -> None:
+    runs = [
+        run_deploy(
+            "go2_slope",
+            "sim:ptfe",
+            go2_model,
+            ticks=40,
+            bag_dir=tmp_path / f"b{i}",
+            seed=5,
+            planner_overrides=FAST_PLANNER,
+        ).bag
+        for i in range(2)
+    ]
+    a, b = (read_episodes(p) for p in runs)
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x["proprio"], y["proprio"])
+        np.testing.assert_array_equal(x["action"], y["action"])
+
+
+def test_an_exception_in_a_tick_holds_and_the_loop_carries_on(
+    go2_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = DeployLoop._compute
+    calls = {"n": 0}
+
+    def flaky(self: DeployLoop, job):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] in (5, 6):
+            raise RuntimeError("planner blew up")
+        return original(self, job)
+
+    monkeypatch.setattr(DeployLoop, "_compute", flaky)
+    holds: list[int] = []
+    result = run_deploy(
+        "go2_slope",
+        "sim:sim",
+        go2_model,
+        ticks=20,
+        bag_dir=tmp_path / "bags",
+        planner_overrides=FAST_PLANNER,
+        on_tick=lambda k, loop: holds.append(loop.stats.held),
+    )
+    stats = result.stats
+    assert stats.ticks == 20 and stats.errors == 2 and stats.held == 2 and stats.fresh == 18
+    episodes = read_episodes(result.bag)
+    assert sum(len(e["proprio"]) for e in episodes) == 20  # held ticks are logged too (with the hold action)
+    # Ticks 4 and 5 held: the Go2 keeps its last joint targets, so the logged action repeats the previous one.
+    flat = np.concatenate([e["action"] for e in episodes])
+    np.testing.assert_array_equal(flat[4], flat[3])
+
+
+def test_ctrl_c_stops_safely_and_leaves_a_complete_bag(go2_model: Path, tmp_path: Path) -> None:
+    def interrupt(k: int, loop: DeployLoop) -> None:
+        if k == 12:
+            raise KeyboardInterrupt
+
+    result = run_deploy(
+        "go2_slope",
+        "sim:sim",
+        go2_model,
+        ticks=100,
+        bag_dir=tmp_path / "bags",
+        planner_overrides=FAST_PLANNER,
+        on_tick=interrupt,
+    )
+    assert result.interrupted and result.stats.ticks == 13
+    episodes = read_episodes(result.bag)
+    assert sum(len(e["proprio"]) for e in episodes) == 13
+    assert (Path(result.bag) / "metadata.yaml").is_file()
+
+
+def test_a_slow_planner_in_real_time_misses_ticks_and_runs_the_last_plan(
+    go2_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = DeployLoop._compute
+
+    def slow(self: DeployLoop, job):  # type: ignore[no-untyped-def]
+        time.sleep(2.5 * self.period)  # each plan takes 2.5 control periods
+        return original(self, job)
+
+    monkeypatch.setattr(DeployLoop, "_compute", slow)
+    result = run_deploy(
+        "go2_slope",
+        "sim:sim",
+        go2_model,
+        ticks=25,
+        realtime=True,
+        bag_dir=tmp_path / "bags",
+        planner_overrides=FAST_PLANNER,
+    )
+    stats = result.stats
+    assert (
+        stats.fresh == 0 and stats.late > 0
+    )  # no plan met its deadline; late ticks ran the last plan's steps
+    assert stats.ticks + stats.missed == 25 and stats.errors == 0
+    assert sum(len(e["proprio"]) for e in read_episodes(result.bag)) == stats.ticks

@@ -1,0 +1,198 @@
+"""Dynamics-only finetuning: frozen weights bit-identical, only the dynamics change, the gate refuses versions that
+are not better, bad bags write nothing, and bag windows equal the simulation windows of the same episodes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import FAST_PLANNER
+
+from simdist.bags import schema
+from simdist.data.dataset import InMemoryEpisodes
+from simdist.data.windows import WindowSampler
+from simdist.errors import BagError
+from simdist.model.checkpoint import current_version, list_versions, load_checkpoint
+from simdist.runtime.deploy import run_deploy
+from simdist.runtime.finetune import FinetuneOptions, finetune, real_episodes
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bags"))
+from bag_helpers import good_topics, snapshot, write_raw  # noqa: E402
+
+QUICK = FinetuneOptions(lr=1e-3, max_steps=120, eval_every=40, warmup_steps=10, val_fraction=0.2, patience=10)
+SHORT_EPISODES = {"episode_seconds": 1.0}
+
+
+def _bags(model: Path, root: Path, runs: int = 1, seconds: float = 4.0) -> list[Path]:
+    out = []
+    for i in range(runs):
+        result = run_deploy(
+            "go2_slope",
+            "sim:ptfe",
+            model,
+            seconds=seconds,
+            bag_dir=root,
+            seed=i,
+            overrides=SHORT_EPISODES,
+            planner_overrides=FAST_PLANNER,
+        )
+        assert result.bag is not None
+        out.append(result.bag)
+    return out
+
+
+def _hash(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_only_dynamics_change_and_heldout_error_goes_down(go2_model: Path, tmp_path: Path) -> None:
+    bags = _bags(go2_model, tmp_path / "bags", runs=2)
+    frozen_files = {name: _hash(go2_model / name) for name in ("weights.safetensors", "world_model.yaml")}
+    report = finetune(go2_model, bags, QUICK)
+    assert report.published and report.version == 1 and current_version(go2_model) == 1
+    assert report.after < report.before  # held-out latent error on real windows went down
+    assert {name: _hash(go2_model / name) for name in frozen_files} == frozen_files
+    old, new = load_checkpoint(go2_model, version=0), load_checkpoint(go2_model, version=1)
+    old_state, new_state = old.state_dict(), new.state_dict()
+    changed = {k for k in old_state if not torch.equal(old_state[k], new_state[k])}
+    assert changed and all(
+        k.startswith("dynamics.") for k in changed
+    )  # encoder, heads, normaliser bit-identical
+    assert any(k.startswith("dynamics.") for k in changed)
+    saved = json.loads(Path(report.report_json).read_text())
+    assert saved["version"] == 1 and len(saved["latent_before"]) == old.horizon
+    assert Path(report.report_png).stat().st_size > 0
+    assert 0.05 < report.minutes_of_data < 0.2  # 2 runs x 4 s
+
+
+def test_the_gate_refuses_a_version_that_is_not_better(go2_model: Path, tmp_path: Path) -> None:
+    bags = _bags(go2_model, tmp_path / "bags")
+    weights = {p.name: _hash(p) for p in (go2_model / "dynamics").iterdir()}
+    # A learning rate so large that every step makes the dynamics worse: the best candidate is the current one.
+    harmful = FinetuneOptions(
+        lr=50.0, max_steps=6, eval_every=1, warmup_steps=1, val_fraction=0.2, patience=6
+    )
+    report = finetune(go2_model, bags, harmful)
+    assert not report.published and report.version is None and "refused" in report.reason
+    assert list_versions(go2_model) == [0] and current_version(go2_model) == 0
+    assert {p.name: _hash(p) for p in (go2_model / "dynamics").iterdir()} == weights
+    # A genuinely better version that misses a required improvement is refused too.
+    picky = finetune(go2_model, bags, FinetuneOptions(**{**QUICK.__dict__, "min_improvement": 0.999}))
+    assert not picky.published and picky.after < picky.before and list_versions(go2_model) == [0]
+
+
+def _truncated(bag: Path, dest: Path) -> Path:
+    shutil.copytree(bag, dest)
+    data = next(p for p in dest.iterdir() if p.suffix == ".mcap")
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    return dest
+
+
+def test_bad_bags_write_nothing(go2_model: Path, tmp_path: Path) -> None:
+    good = _bags(go2_model, tmp_path / "bags")[0]
+    topics = good_topics()
+    del topics[schema.ACTION]
+    wrong = good_topics()
+    wrong[schema.ACTION] = (schema.EVENT_TYPE, wrong[schema.EVENTS][1])
+    empty = tmp_path / "empty"
+    write_raw(empty, {})
+    bad = {
+        "missing topic": (write_raw(tmp_path / "missing", topics), "missing topic /simdist/action"),
+        "wrong type": (write_raw(tmp_path / "wrong", wrong), "/simdist/action has type"),
+        "truncated": (_truncated(good, tmp_path / "truncated"), str(tmp_path / "truncated")),
+        "empty": (empty, "empty bag"),
+        "no such bag": (tmp_path / "nope", "no such bag"),
+    }
+    before = snapshot(go2_model)
+    for name, (bag, message) in bad.items():
+        with pytest.raises(BagError, match=message.replace("/", "/")) as info:
+            finetune(go2_model, [good, bag], QUICK)
+        assert str(bag) in str(info.value), name
+        assert "\n" not in str(info.value)
+        assert snapshot(go2_model) == before, name  # no version, no report, nothing
+
+
+def test_bag_windows_equal_the_simulation_windows_of_the_same_episodes(
+    go2_model: Path, tmp_path: Path
+) -> None:
+    from simdist.sim import make_env
+
+    overrides = {"nominal.sensor_noise_scale": 0, **SHORT_EPISODES}
+    histories: list[tuple[int, tuple[np.ndarray, ...]]] = []
+    result = run_deploy(
+        "go2_slope",
+        "sim:ptfe",
+        go2_model,
+        ticks=120,
+        bag_dir=tmp_path / "bags",
+        seed=7,
+        overrides=overrides,
+        planner_overrides=FAST_PLANNER,
+        on_tick=lambda k, loop: histories.append((loop.history.step, loop.history.arrays())),
+    )
+    real = real_episodes([result.bag])
+    # Replay the logged actions in a fresh simulator, recording what a data generator records.
+    env = make_env("go2_slope", "ptfe", num_envs=1, seed=7, overrides=overrides)
+    obs, _ = env.reset(seed=7)
+    sim_episodes, current = [], {"proprio": [], "command": [], "action": []}
+    actions = np.concatenate([e["action"] for e in real])
+    for action in actions:
+        current["proprio"].append(obs["proprio"][0])
+        current["command"].append(obs["command"][0])
+        current["action"].append(action)
+        obs, _, _, _, info = env.step(action[None])
+        if info["done"][0]:
+            sim_episodes.append({k: np.stack(v) for k, v in current.items()})
+            current = {"proprio": [], "command": [], "action": []}
+    if current["proprio"]:
+        sim_episodes.append({k: np.stack(v) for k, v in current.items()})
+    env.close()
+    assert [len(e["proprio"]) for e in sim_episodes] == [len(e["proprio"]) for e in real]
+    for e in sim_episodes:
+        n = len(e["proprio"])
+        e.update(reward=np.zeros(n), value=np.zeros(n), expert_flag=np.zeros(n, bool))
+    h, t = 4, 5
+    bag_windows = WindowSampler(InMemoryEpisodes(real), h, t)
+    sim_windows = WindowSampler(InMemoryEpisodes(sim_episodes), h, t)
+    assert len(bag_windows) == len(sim_windows) > 50
+    index = np.arange(len(bag_windows))
+    a, b = bag_windows.windows(index), sim_windows.windows(index)
+    for field in (
+        "obs_hist",
+        "act_hist",
+        "hist_mask",
+        "obs",
+        "future_obs",
+        "actions",
+        "command",
+        "future_mask",
+    ):
+        assert torch.equal(getattr(a, field), getattr(b, field)), field
+    # What the planner saw at each tick is the window's history at that step.
+    episode_of, step_of = bag_windows.locate(index)
+    starts = np.concatenate([[0], np.cumsum([len(e["proprio"]) for e in real])])
+    for w, (e, s) in enumerate(zip(episode_of, step_of, strict=True)):
+        step, (obs_hist, act_hist, mask, ob) = histories[starts[e] + s]
+        assert step == s
+        np.testing.assert_array_equal(obs_hist, a.obs_hist[w].numpy())
+        np.testing.assert_array_equal(act_hist, a.act_hist[w].numpy())
+        np.testing.assert_array_equal(mask, a.hist_mask[w].numpy())
+    ids = [int(e["episode"][0]) for e in real]
+    assert len(set(ids)) == len(ids)
+    other = run_deploy(
+        "go2_slope",
+        "sim:ptfe",
+        go2_model,
+        ticks=30,
+        bag_dir=tmp_path / "bags2",
+        seed=7,
+        overrides=overrides,
+        planner_overrides=FAST_PLANNER,
+    ).bag
+    assert not set(ids) & {int(e["episode"][0]) for e in real_episodes([other])}  # unique across runs

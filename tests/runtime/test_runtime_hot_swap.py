@@ -1,0 +1,127 @@
+"""Hot swap under a running deploy loop: no tick missed, the new version plans from the next tick, rollback in one
+call; a finetune worker killed mid-write leaves no half version and never disturbs control."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import FAST_PLANNER
+
+from simdist.bags import read_episodes
+from simdist.model.checkpoint import current_version, list_versions, load_checkpoint, publish_dynamics
+from simdist.runtime.deploy import run_deploy
+from simdist.runtime.finetune import FinetuneOptions
+from simdist.runtime.loop import DeployLoop
+from simdist.runtime.store import ModelStore
+from simdist.runtime.worker import FinetuneError, FinetuneWorker
+
+
+def _perturbed(model_dir: Path) -> torch.nn.Module:
+    model = load_checkpoint(model_dir)
+    with torch.no_grad():
+        for p in model.dynamics.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return model.dynamics
+
+
+def _wait_staged(store: ModelStore, timeout: float = 30.0) -> None:
+    end = time.monotonic() + timeout
+    while store._staged is None and time.monotonic() < end:
+        time.sleep(0.01)
+    assert store._staged is not None, "the watcher never staged the new version"
+
+
+def test_hot_swap_and_rollback_under_a_running_loop(go2_model: Path, tmp_path: Path) -> None:
+    store = ModelStore(go2_model, poll_s=0.01).start()
+    new_dynamics = _perturbed(go2_model)
+    used: list[tuple[int, str, object]] = []
+    marks: dict[str, int] = {}
+
+    def on_tick(k: int, loop: DeployLoop) -> None:
+        used.append((k, loop.store.label, loop.planner.model))
+        if k == 10:
+            publish_dynamics(go2_model, new_dynamics)  # what the finetune worker does
+            _wait_staged(store)  # the loop is lockstep: let the watcher load and validate first
+            marks["published"] = k
+        if k == 25:
+            assert store.rollback() == 0  # one call
+            marks["rolled_back"] = k
+
+    try:
+        result = run_deploy(
+            "go2_slope",
+            "sim:sim",
+            store,
+            ticks=40,
+            bag_dir=tmp_path / "bags",
+            planner_overrides=FAST_PLANNER,
+            on_tick=on_tick,
+        )
+    finally:
+        store.stop()
+    stats = result.stats
+    assert (
+        stats.ticks == 40 and stats.fresh == 40 and stats.missed == 0 and stats.late == 0 and stats.held == 0
+    )
+    assert stats.swaps == 2
+    labels = [label for _, label, _ in used]
+    assert labels[:11] == ["v0000"] * 11 and labels[11:26] == ["v0001"] * 15 and labels[26:] == ["v0000"] * 14
+    v1_model = used[11][2]
+    assert all(m is v1_model for _, _, m in used[11:26])  # the planner plans with the swapped model
+    for name, p in v1_model.dynamics.state_dict().items():  # type: ignore[attr-defined]
+        assert torch.equal(p, new_dynamics.state_dict()[name])
+    assert used[26][2] is used[0][2]  # rollback: the very model from before
+    assert current_version(go2_model) == 0 and list_versions(go2_model) == [0, 1]
+    versions = np.concatenate([e["model_version"] for e in read_episodes(result.bag)])
+    assert list(versions[:11]) == ["v0000"] * 11 and list(versions[11:26]) == ["v0001"] * 15
+    assert list(versions[26:]) == ["v0000"] * 14
+
+
+def test_a_broken_version_is_refused_and_planning_goes_on(go2_model: Path) -> None:
+    store = ModelStore(go2_model)
+    publish_dynamics(go2_model, _perturbed(go2_model))
+    bad = go2_model / "dynamics" / "v0001.safetensors"
+    bad.write_bytes(bad.read_bytes()[:100])  # damaged after publishing (a disk, a copy gone wrong)
+    assert store.check() is None and store.poll() is None and store.label == "v0000"
+    assert 1 in store._refused  # and not retried at every poll
+
+
+def test_killing_the_worker_mid_write_leaves_no_half_version(go2_model: Path, tmp_path: Path) -> None:
+    bag = run_deploy(
+        "go2_slope",
+        "sim:ptfe",
+        go2_model,
+        seconds=3,
+        bag_dir=tmp_path / "bags",
+        overrides={"episode_seconds": 1.0},
+        planner_overrides=FAST_PLANNER,
+    ).bag
+    store = ModelStore(go2_model, poll_s=0.01).start()
+    options = FinetuneOptions(lr=1e-3, max_steps=30, eval_every=10, warmup_steps=5, val_fraction=0.2)
+    from worker_targets import die_while_writing
+
+    worker = FinetuneWorker(go2_model, [bag], options).start(target=die_while_writing)
+
+    def keep_going(k: int, loop: DeployLoop) -> None:
+        if k == 5:
+            worker.process.join(timeout=300)  # control keeps ticking around the worker's whole life
+
+    try:
+        result = run_deploy(
+            "go2_slope", "sim:sim", store, ticks=20, planner_overrides=FAST_PLANNER, on_tick=keep_going
+        )
+    finally:
+        store.stop()
+    assert worker.process.exitcode == -9
+    with pytest.raises(FinetuneError, match="died"):
+        worker.poll()
+    assert result.stats.ticks == 20 and result.stats.fresh == 20 and result.stats.errors == 0
+    assert list_versions(go2_model) == [0] and current_version(go2_model) == 0
+    assert store.label == "v0000" and store.check() is None
+    leftovers = [p.name for p in (go2_model / "dynamics").iterdir()]
+    assert all(name in ("current", "v0000.safetensors") or name.endswith(".tmp") for name in leftovers)
+    load_checkpoint(go2_model)  # the checkpoint still loads
