@@ -10,6 +10,7 @@ from typing import Any
 # what -> module with `bench(args) -> dict` and `summary(result) -> str`
 TARGETS: dict[str, str] = {
     "sim": "simdist.sim.bench",
+    "data": "simdist.data.bench",
     "planner": "simdist.plan.bench",
 }
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from rich.progress import Progress
 
 from simdist.config import apply_overrides, build, config_hash, load_named
@@ -71,6 +72,7 @@ def generate_shard(
     cfg: TaskConfig, dcfg: DataConfig, expert: Expert, shard: int, target_steps: int
 ) -> list[tuple[dict, dict]]:
     """Whole episodes totalling at least `target_steps` transitions, from seed (dcfg.seed, shard)."""
+    torch.set_num_threads(1)  # small MLPs: a second thread only adds contention with the simulator
     seed = int(np.random.SeedSequence([dcfg.seed, shard]).generate_state(1)[0])
     rng = np.random.default_rng(seed)
     expert.reseed(seed)

@@ -164,6 +164,7 @@ def train_scripted_peg(cfg: TaskConfig, ecfg: ExpertConfig, preset: str, out: Pa
 
 def train_expert(cfg: TaskConfig, ecfg: ExpertConfig, preset: str, out: Path, log_dir: Path | None = None) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(1)  # small networks beside the simulator: a second thread costs more than it gives
     if cfg.robot == "ur5e" and ecfg.peg_expert == "scripted":
         manifest = train_scripted_peg(cfg, ecfg, preset, out)
     else:
@@ -178,3 +179,24 @@ def train_expert(cfg: TaskConfig, ecfg: ExpertConfig, preset: str, out: Path, lo
     }
     atomic_json(out / "manifest.json", manifest)
     return manifest
+
+
+def untrained_expert(cfg: TaskConfig, ecfg: ExpertConfig, out: Path) -> Path:
+    """An expert folder with freshly initialised networks (same inference cost as a trained one), for benchmarks."""
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(ecfg.seed)
+    env = make_env(cfg, "sim", num_envs=1, seed=ecfg.seed)
+    kind = "scripted" if cfg.robot == "ur5e" and ecfg.peg_expert == "scripted" else "ppo"
+    manifest = _manifest_base(cfg, ecfg, "untrained", env, kind)
+    env.close()
+    atomic_safetensors(out / "critic.safetensors", build_mlp(manifest, "critic").state_dict())
+    if kind == "scripted":
+        final: dict[str, Any] = {"name": "final", "level": {"gain": 0.5, "noise": 0.0}, "iteration": 0}
+        checkpoints = [{"name": "level0", "level": {"gain": 0.25, "noise": 0.3}, "iteration": 0}]
+    else:
+        atomic_safetensors(out / "policy_final.safetensors", build_mlp(manifest, "actor").state_dict())
+        final = {"name": "final", "file": "policy_final.safetensors", "iteration": 0}
+        checkpoints = [dict(final, name="00000")]
+    manifest.update(checkpoints=checkpoints, final=final, critic="critic.safetensors", iterations=0)
+    atomic_json(out / "manifest.json", manifest)
+    return out
