@@ -157,7 +157,7 @@ def train_scripted_peg(cfg: TaskConfig, ecfg: ExpertConfig, preset: str, out: Pa
     final = {"name": "final", "level": final_level, "iteration": len(levels),
              "eval_return": _quick_return(final_policy, cfg, max(6, ecfg.eval_episodes // 10))}
     manifest.update(checkpoints=entries, final=final, critic="critic.safetensors", iterations=len(levels),
-                    critic_fit_mse=float(loss), train_minutes=(time.monotonic() - start) / 60)
+                    critic_fit_mse=loss.item(), train_minutes=(time.monotonic() - start) / 60)
     env.close()
     return manifest
 

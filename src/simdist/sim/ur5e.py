@@ -14,6 +14,7 @@ import math
 
 import mujoco
 import numpy as np
+from mujoco.batch import Batch
 
 from simdist.paths import assets_dir
 from simdist.sim.vec_env import Obs, SimVecEnv
@@ -89,7 +90,9 @@ class PegEnv(SimVecEnv):
         self.target_yaw = np.zeros(n)
         self.joint_target = np.zeros((n, 6))
         self.success = np.zeros(n, dtype=bool)
-        self._jac = np.zeros((n, 6, model.nv))
+        # All members step through one mujoco.batch.Batch (persistent: each keeps its MjData, read back per period).
+        self._batch = Batch(model, n, nthread=self._threads, persistent=True)
+        self._state_spec = mujoco.mjtState.mjSTATE_INTEGRATION
         return model
 
     def apply_params(self, i: int) -> None:
@@ -102,29 +105,33 @@ class PegEnv(SimVecEnv):
         m.dof_frictionloss[:] = p["joint_friction"]
         m.dof_damping[:] = p["joint_damping"]
 
-    def _ik_steps(self, members: np.ndarray, max_step: float = MAX_JOINT_STEP) -> np.ndarray:
-        """One damped least-squares step for the given members, from their current joints towards the tool target.
+    def _ik_steps(self, members: np.ndarray, anchor: np.ndarray, axis: np.ndarray, tip: np.ndarray,
+                  flange_rot: np.ndarray, max_step: float = MAX_JOINT_STEP) -> np.ndarray:
+        """Damped least-squares joint steps towards the tool targets, batched over members.
 
-        Batched: the Jacobians come from MuJoCo per member, the 6x6 solves run in one numpy call.
+        The arm's six joints are hinges, so the Jacobian columns are axis x (tip - anchor) and axis, computed from
+        MuJoCo's joint anchors and axes (world frame) without a per-member call.
         """
-        k = len(members)
-        jac, tip, rot = self._jac[:k], np.empty((k, 3)), np.empty((k, 3, 3))
-        for j, i in enumerate(members):
-            m, d = self.models[i], self.datas[i]
-            mujoco.mj_jacSite(m, d, jac[j, :3], jac[j, 3:], self._tip)
-            tip[j] = d.site_xpos[self._tip]
-            rot[j] = d.site_xmat[self._flange].reshape(3, 3)
+        r = tip[:, None, :] - anchor
+        jac = np.empty((len(members), 6, 6))
+        # columns: axis x r (written out: np.cross costs more than the simulation step on these small arrays)
+        jac[:, 0, :] = axis[..., 1] * r[..., 2] - axis[..., 2] * r[..., 1]
+        jac[:, 1, :] = axis[..., 2] * r[..., 0] - axis[..., 0] * r[..., 2]
+        jac[:, 2, :] = axis[..., 0] * r[..., 1] - axis[..., 1] * r[..., 0]
+        jac[:, 3:, :] = axis.transpose(0, 2, 1)
         c, s_ = np.cos(self.target_yaw[members]), np.sin(self.target_yaw[members])
-        target_rot = np.zeros((k, 3, 3))
+        target_rot = np.zeros((len(members), 3, 3))
         target_rot[:, 0, 0], target_rot[:, 0, 1], target_rot[:, 1, 0], target_rot[:, 1, 1] = c, s_, s_, -c
-        target_rot[:, 2, 2] = -1.0  # yaw rotation times DOWN (tool pointing down)
-        r_err = target_rot @ rot.transpose(0, 2, 1)
+        target_rot[:, 2, 2] = -1.0  # yaw rotation times the tool pointing down
+        r_err = target_rot @ flange_rot.transpose(0, 2, 1)
         # Rotation vector of R_err via its skew part: exact direction, sin(angle) magnitude (fine for servoing).
         rot_err = 0.5 * np.stack([r_err[:, 2, 1] - r_err[:, 1, 2], r_err[:, 0, 2] - r_err[:, 2, 0], r_err[:, 1, 0] - r_err[:, 0, 1]], axis=1)
         err = np.concatenate([self.target_pos[members] - tip, rot_err], axis=1)
         lam = self.cfg.peg.ik_damping
-        jjt = jac @ jac.transpose(0, 2, 1) + lam * lam * np.eye(6)
-        dq = (jac.transpose(0, 2, 1) @ np.linalg.solve(jjt, err[..., None]))[..., 0]
+        jac_t = jac.transpose(0, 2, 1)
+        jjt = jac @ jac_t
+        jjt[:, range(6), range(6)] += lam * lam
+        dq = (jac_t @ np.linalg.solve(jjt, err[..., None]))[..., 0]
         return np.clip(dq, -max_step, max_step)
 
     def reset_member(self, i: int, rng: np.random.Generator) -> None:
@@ -143,8 +150,8 @@ class PegEnv(SimVecEnv):
         d.qpos[:6] = HOME
         for _ in range(100):  # solve the start configuration by IK (kinematics only)
             mujoco.mj_kinematics(m, d)
-            mujoco.mj_comPos(m, d)
-            d.qpos[:6] += self._ik_steps(np.array([i]), max_step=0.2)[0]
+            d.qpos[:6] += self._ik_steps(np.array([i]), d.xanchor[None, :6], d.xaxis[None, :6], d.site_xpos[None, self._tip],
+                                         d.site_xmat[None, self._flange].reshape(1, 3, 3), max_step=0.2)[0]
         d.qvel[:] = 0.0
         d.ctrl[:] = d.qpos[:6]
         self.joint_target[i] = d.qpos[:6]
@@ -160,18 +167,26 @@ class PegEnv(SimVecEnv):
         np.clip(self.target_pos, low, high, out=self.target_pos)
 
     def simulate(self) -> None:
+        """One control period: IK and servo-lag update at every physics step, all members stepped as one batch."""
+        batch, state = self._batch, self._batch.state
+        for i, (m, d) in enumerate(zip(self.models, self.datas, strict=True)):
+            mujoco.mj_getState(m, d, state[i], self._state_spec)
+        batch.set_models(self.models)  # parameters may have changed at resets
+        batch.forward(stage=mujoco.mjtStage.mjSTAGE_POS)
+        qpos, ctrl = batch.bind("qpos"), batch.bind("ctrl")
+        anchor, axis = batch.bind("xanchor"), batch.bind("xaxis")
+        site_pos, site_rot = batch.bind("site_xpos"), batch.bind("site_xmat")
         lag = self.params["servo_lag"]
-        dt = self.cfg.physics_dt
-        alpha = (dt / (lag + dt))[:, None]  # first-order servo lag on the joint targets
+        alpha = (self.cfg.physics_dt / (lag + self.cfg.physics_dt))[:, None]  # first-order servo lag
         members = np.arange(self.num_envs)
-        ctrl = self.gather("ctrl")
         for _ in range(self.cfg.substeps):
-            qpos = self.gather("qpos")[:, :6]
-            self.joint_target[:] = np.clip(qpos + self._ik_steps(members), self._ctrl_low, self._ctrl_high)
-            ctrl += alpha * (self.joint_target - ctrl)
-            for i, (m, d) in enumerate(zip(self.models, self.datas, strict=True)):
-                d.ctrl[:] = ctrl[i]
-                mujoco.mj_step(m, d)
+            dq = self._ik_steps(members, anchor[:, :6], axis[:, :6], site_pos[:, self._tip],
+                                site_rot[:, self._flange].reshape(-1, 3, 3))
+            self.joint_target[:] = np.clip(qpos[:, :6] + dq, self._ctrl_low, self._ctrl_high)
+            ctrl[:] += alpha * (self.joint_target - ctrl)
+            batch.step()
+        for i, d in enumerate(self.datas):
+            batch.get_data(i, d)
 
     def _state(self) -> dict[str, np.ndarray]:
         sd = self.gather("sensordata")

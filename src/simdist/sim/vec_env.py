@@ -52,6 +52,7 @@ class SimVecEnv(gym.vector.VectorEnv):
         self.num_envs = num_envs
         self.randomize = randomize
         self.eval_commands = eval_commands
+        self._threads = threads
         self.base_model = self.build_model()
         self.models = [copy.copy(self.base_model) for _ in range(num_envs)]
         self.datas = [mujoco.MjData(m) for m in self.models]
