@@ -17,7 +17,10 @@ VERBS: dict[str, tuple[str, str]] = {
     "data": ("simdist.data.commands", "generate the pretraining corpus"),
     "train": ("simdist.train.commands", "pretrain or evaluate the world model"),
     "deploy": ("simdist.runtime.deploy", "run the planner on a robot (default sim:PROFILE) and log a bag"),
-    "finetune": ("simdist.runtime.finetune", "finetune the dynamics on run bags; publish a validated version"),
+    "finetune": (
+        "simdist.runtime.finetune",
+        "finetune the dynamics on run bags; publish a validated version",
+    ),
     "adapt": ("simdist.runtime.adapt", "rounds of deploy, finetune, hot swap and evaluation on sim:PROFILE"),
 }
 
@@ -31,7 +34,9 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="simdist", description="SimDist: simulation-pretrained world models, adapted on the robot.")
+    parser = OneLineParser(
+        prog="simdist", description="SimDist: simulation-pretrained world models, adapted on the robot."
+    )
     sub = parser.add_subparsers(dest="verb", metavar="<verb>", parser_class=OneLineParser)
     sub.required = True
     for verb, (module_name, help_text) in VERBS.items():
@@ -46,9 +51,16 @@ def add_task_arguments(parser: argparse.ArgumentParser, *, profile: bool = True)
     """The arguments every task-level verb shares: --task, --profile, --set."""
     parser.add_argument("--task", required=True, help="task name (config/tasks/<task>.yaml)")
     if profile:
-        parser.add_argument("--profile", default="sim", help="dynamics profile (sim, or a real-world emulation)")
+        parser.add_argument(
+            "--profile", default="sim", help="dynamics profile (sim, or a real-world emulation)"
+        )
     parser.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override any YAML value"
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override any YAML value",
     )
 
 

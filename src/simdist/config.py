@@ -65,7 +65,9 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
     return out
 
 
-def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any], *, open_keys: Iterable[str] = ()) -> dict[str, Any]:
+def apply_overrides(
+    data: dict[str, Any], overrides: Mapping[str, Any], *, open_keys: Iterable[str] = ()
+) -> dict[str, Any]:
     """Return a deep copy of `data` with dotted-key overrides applied.
 
     A key must already exist, except under a section matching one of `open_keys` (fnmatch patterns of dotted

@@ -65,7 +65,9 @@ def test_mixture_and_expert_flag():
     assert counts.min() > 0.5 * counts.mean()  # checkpoints drawn uniformly
     for arrays, p in episodes:
         action, flag = arrays["action"], arrays["expert_flag"]
-        clean = np.all(action == action[:, :1], axis=1) & np.isclose(action[:, 0], 0.0 if p["policy"] == 0 else p["policy"] / 10)
+        clean = np.all(action == action[:, :1], axis=1) & np.isclose(
+            action[:, 0], 0.0 if p["policy"] == 0 else p["policy"] / 10
+        )
         if p["policy"] == 0:
             np.testing.assert_array_equal(flag, clean)  # flag exactly where the expert acted unnoised
         else:

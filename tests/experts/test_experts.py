@@ -24,7 +24,9 @@ def tiny_go2_expert(tmp_path_factory):
 def test_tiny_ppo_improves_over_its_random_start(tmp_path):
     """A real learning test: PPO on the peg task (dense reward) beats its own random initial policy."""
     cfg = load_task("ur5e_peg")
-    ecfg = load_expert_config("tiny", {"peg_expert": "ppo", "iterations": 20, "checkpoints": [0], "eval_episodes": 4})
+    ecfg = load_expert_config(
+        "tiny", {"peg_expert": "ppo", "iterations": 20, "checkpoints": [0], "eval_episodes": 4}
+    )
     train_expert(cfg, ecfg, "tiny", tmp_path)
     expert = Expert(tmp_path)
     start = evaluate(expert.policies[0].act, cfg, "sim", 16, seed=3)["mean_return"]
@@ -34,7 +36,9 @@ def test_tiny_ppo_improves_over_its_random_start(tmp_path):
 
 def test_manifest_and_checkpoints(tiny_go2_expert):
     manifest = json.loads((tiny_go2_expert / "manifest.json").read_text())
-    assert manifest["task"] == "go2_foam" and manifest["preset"] == "tiny" and len(manifest["config_hash"]) == 16
+    assert (
+        manifest["task"] == "go2_foam" and manifest["preset"] == "tiny" and len(manifest["config_hash"]) == 16
+    )
     assert [c["iteration"] for c in manifest["checkpoints"]] == [0, 5]
     assert manifest["final"]["iteration"] == 12
     assert manifest["obs_groups"]["actor"] == ["proprio", "command", "clock"]
@@ -43,8 +47,12 @@ def test_manifest_and_checkpoints(tiny_go2_expert):
     for entry in [*manifest["checkpoints"], manifest["final"]]:
         assert (tiny_go2_expert / entry["file"]).is_file() and np.isfinite(entry["eval_return"])
     expert = Expert(tiny_go2_expert)
-    obs = {"proprio": np.zeros((2, 35), np.float32), "command": np.zeros((2, 3), np.float32),
-           "clock": np.zeros((2, 2), np.float32), "privileged": np.zeros((2, 52), np.float32)}
+    obs = {
+        "proprio": np.zeros((2, 35), np.float32),
+        "command": np.zeros((2, 3), np.float32),
+        "clock": np.zeros((2, 2), np.float32),
+        "privileged": np.zeros((2, 52), np.float32),
+    }
     a0, a1 = expert.policies[0].act(obs), expert.final.act(obs)
     assert a0.shape == (2, 12) and not np.allclose(a0, a1)  # checkpoints differ from the final policy
     assert expert.value(obs).shape == (2,)

@@ -27,7 +27,9 @@ def test_unknown_key_and_wrong_type():
 
 
 def test_overrides_reach_profiles_and_new_profiles():
-    cfg = load_task("go2_slope", {"profiles.ptfe.friction": 0.07, "profiles.wet.friction": 0.3, "nominal.slope_deg": 7})
+    cfg = load_task(
+        "go2_slope", {"profiles.ptfe.friction": 0.07, "profiles.wet.friction": 0.3, "nominal.slope_deg": 7}
+    )
     assert cfg.profile("ptfe")["friction"] == 0.07
     assert cfg.profile("wet")["friction"] == 0.3 and cfg.profile("wet")["slope_deg"] == 7
 

@@ -29,7 +29,9 @@ def _load(name: str) -> tuple[mujoco.MjModel, mujoco.MjData]:
 def test_go2_joint_order_and_limits():
     model, _ = _load("go2.xml")
     names = [model.joint(i).name for i in range(1, model.njnt)]
-    assert names == [f"{leg}_{part}_joint" for leg in ("FR", "FL", "RR", "RL") for part in ("hip", "thigh", "calf")]
+    assert names == [
+        f"{leg}_{part}_joint" for leg in ("FR", "FL", "RR", "RL") for part in ("hip", "thigh", "calf")
+    ]
     assert [model.actuator(i).name for i in range(model.nu)] == [n.removesuffix("_joint") for n in names]
     force = model.actuator_forcerange[:, 1]
     np.testing.assert_allclose(force, [23.7, 23.7, 45.43] * 4)
@@ -57,7 +59,12 @@ def test_go2_forward_kinematics_and_mass():
 def test_ur5e_flange_within_1mm_of_reference():
     model, data = _load("ur5e.xml")
     assert [model.joint(i).name for i in range(model.njnt)] == [
-        "shoulder_pan", "shoulder_lift", "elbow", "wrist_1", "wrist_2", "wrist_3"
+        "shoulder_pan",
+        "shoulder_lift",
+        "elbow",
+        "wrist_1",
+        "wrist_2",
+        "wrist_3",
     ]
     for q, pos, axis in UR5E_FLANGE:
         data.qpos[:] = q

@@ -45,8 +45,14 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         episodes = generate_shard(cfg, dcfg, expert, shard=0, target_steps=steps)
         recorded = sum(len(e["proprio"]) for e, _ in episodes)
         gen = recorded / (time.perf_counter() - start)
-    return {"task": cfg.task, "num_envs": dcfg.num_envs, "expert": "trained" if trained else "untrained (same sizes)",
-            "raw_env_steps_per_s": raw, "generated_transitions_per_s": gen, "ratio_to_raw": gen / raw}
+    return {
+        "task": cfg.task,
+        "num_envs": dcfg.num_envs,
+        "expert": "trained" if trained else "untrained (same sizes)",
+        "raw_env_steps_per_s": raw,
+        "generated_transitions_per_s": gen,
+        "ratio_to_raw": gen / raw,
+    }
 
 
 def summary(r: dict[str, Any]) -> str:

@@ -20,8 +20,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_task_arguments(train, profile=False)
     train.add_argument("--preset", default="default", help="config/expert/<preset>.yaml: tiny, default, gpu")
     train.add_argument("--out", default=None, help="expert folder (default runs/experts/<task>)")
-    train.add_argument("--expert-set", dest="expert_overrides", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a preset value")
+    train.add_argument(
+        "--expert-set",
+        dest="expert_overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a preset value",
+    )
     ev = sub.add_parser("eval", help="evaluate an expert's final policy")
     add_task_arguments(ev)
     ev.add_argument("--expert", required=True, help="expert folder")
@@ -37,9 +43,17 @@ def run(args: argparse.Namespace) -> int:
         out = Path(args.out or f"runs/experts/{args.task}")
         with contextlib.redirect_stdout(sys.stderr):  # rsl-rl's per-iteration report is progress, not output
             manifest = train_expert(cfg, ecfg, args.preset, out, log_dir=out / "tensorboard")
-        print(json.dumps({"out": str(out), "iterations": manifest["iterations"],
-                          "train_minutes": round(manifest["train_minutes"], 2),
-                          "evaluation": manifest["evaluation"]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "out": str(out),
+                    "iterations": manifest["iterations"],
+                    "train_minutes": round(manifest["train_minutes"], 2),
+                    "evaluation": manifest["evaluation"],
+                },
+                indent=2,
+            )
+        )
         return 0
     from simdist.experts.evaluate import evaluate
     from simdist.experts.policy import Expert

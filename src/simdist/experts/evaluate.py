@@ -13,8 +13,14 @@ from simdist.sim.config import TaskConfig
 Policy = Callable[[dict[str, np.ndarray]], np.ndarray]
 
 
-def evaluate(policy: Policy, cfg: TaskConfig, profile: str, episodes: int, seed: int = 10_000,
-             num_envs: int | None = None) -> dict[str, Any]:
+def evaluate(
+    policy: Policy,
+    cfg: TaskConfig,
+    profile: str,
+    episodes: int,
+    seed: int = 10_000,
+    num_envs: int | None = None,
+) -> dict[str, Any]:
     """Roll out `policy` until `episodes` episodes have finished; evaluation commands, no randomisation."""
     n = min(episodes, num_envs or 30)
     if cfg.robot == "go2":
@@ -34,14 +40,22 @@ def evaluate(policy: Policy, cfg: TaskConfig, profile: str, episodes: int, seed:
                 done_metrics.append({k: float(v[i]) for k, v in info["final_metrics"].items()})
             returns[i] = 0.0
     env.close()
-    result: dict[str, Any] = {"profile": profile, "episodes": episodes, "mean_return": float(np.mean(done_returns))}
+    result: dict[str, Any] = {
+        "profile": profile,
+        "episodes": episodes,
+        "mean_return": float(np.mean(done_returns)),
+    }
     keys = done_metrics[0].keys()
     means = {k: float(np.mean([m[k] for m in done_metrics])) for k in keys}
     if cfg.robot == "go2":
         progress = np.array([m["progress_m"] for m in done_metrics])
         commanded = np.array([m["commanded_m"] for m in done_metrics])
-        result.update(progress_m=float(progress.mean()), commanded_m=float(commanded.mean()),
-                      progress_fraction=float(progress.sum() / max(commanded.sum(), 1e-9)), fall_rate=means["fell"])
+        result.update(
+            progress_m=float(progress.mean()),
+            commanded_m=float(commanded.mean()),
+            progress_fraction=float(progress.sum() / max(commanded.sum(), 1e-9)),
+            fall_rate=means["fell"],
+        )
     else:
         result.update(success_rate=means["success"])
     return result

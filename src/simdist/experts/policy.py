@@ -41,7 +41,9 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     try:
         manifest = json.loads(path.read_text())
     except FileNotFoundError:
-        raise CheckpointError(f"no expert at {folder}: {path.name} is missing (train one with `simdist expert train`)") from None
+        raise CheckpointError(
+            f"no expert at {folder}: {path.name} is missing (train one with `simdist expert train`)"
+        ) from None
     except json.JSONDecodeError as exc:
         raise CheckpointError(f"{path}: corrupt manifest ({exc.msg})") from None
     if manifest.get("schema_version") != SCHEMA_VERSION:
@@ -57,11 +59,25 @@ def build_mlp(manifest: dict[str, Any], role: str) -> MLPModel:
     """The rsl-rl model of the actor ('actor') or critic ('critic') described by a manifest."""
     groups = manifest["obs_groups"]
     if role == "actor":
-        return MLPModel(dummy_obs(manifest["obs_dims"]), groups, "actor", manifest["action_dim"],
-                        hidden_dims=manifest["actor_hidden"], activation=manifest["activation"], obs_normalization=True,
-                        distribution_cfg={"class_name": "GaussianDistribution", "init_std": 1.0})
-    return MLPModel(dummy_obs(manifest["obs_dims"]), groups, "critic", 1, hidden_dims=manifest["critic_hidden"],
-                    activation=manifest["activation"], obs_normalization=True)
+        return MLPModel(
+            dummy_obs(manifest["obs_dims"]),
+            groups,
+            "actor",
+            manifest["action_dim"],
+            hidden_dims=manifest["actor_hidden"],
+            activation=manifest["activation"],
+            obs_normalization=True,
+            distribution_cfg={"class_name": "GaussianDistribution", "init_std": 1.0},
+        )
+    return MLPModel(
+        dummy_obs(manifest["obs_dims"]),
+        groups,
+        "critic",
+        1,
+        hidden_dims=manifest["critic_hidden"],
+        activation=manifest["activation"],
+        obs_normalization=True,
+    )
 
 
 def _load_weights(model: torch.nn.Module, path: Path) -> None:
@@ -74,13 +90,19 @@ def _load_weights(model: torch.nn.Module, path: Path) -> None:
     try:
         model.load_state_dict(state)
     except RuntimeError as exc:
-        raise CheckpointError(f"{path}: weights do not match the manifest ({str(exc).splitlines()[0]})") from None
+        raise CheckpointError(
+            f"{path}: weights do not match the manifest ({str(exc).splitlines()[0]})"
+        ) from None
 
 
-def scripted_peg_action(privileged: np.ndarray, gain: float, action_scale_m: float, action_scale_rad: float) -> np.ndarray:
+def scripted_peg_action(
+    privileged: np.ndarray, gain: float, action_scale_m: float, action_scale_rad: float
+) -> np.ndarray:
     """The privileged peg controller on the privileged observation vector (see simdist.sim.ur5e.PegEnv.observe)."""
     tip, quat, hole = privileged[:, 12:15], privileged[:, 15:19], privileged[:, 31:35]
-    yaw_now = np.arctan2(2 * (quat[:, 0] * quat[:, 3] + quat[:, 1] * quat[:, 2]), 1 - 2 * (quat[:, 2] ** 2 + quat[:, 3] ** 2))
+    yaw_now = np.arctan2(
+        2 * (quat[:, 0] * quat[:, 3] + quat[:, 1] * quat[:, 2]), 1 - 2 * (quat[:, 2] ** 2 + quat[:, 3] ** 2)
+    )
     yaw_err = (yaw_now - hole[:, 3] + np.pi / 4) % (np.pi / 2) - np.pi / 4
     rel = tip - hole[:, :3]
     action = np.zeros((len(privileged), 4), dtype=np.float32)
@@ -103,8 +125,10 @@ class ExpertPolicy:
 
     def act(self, obs: Obs) -> np.ndarray:
         if self.model is not None:
-            td = TensorDict({k: torch.as_tensor(obs[k], dtype=torch.float32) for k in self.manifest["obs_dims"]},
-                            batch_size=[len(obs["proprio"])])
+            td = TensorDict(
+                {k: torch.as_tensor(obs[k], dtype=torch.float32) for k in self.manifest["obs_dims"]},
+                batch_size=[len(obs["proprio"])],
+            )
             with torch.inference_mode():
                 return self.model(td).numpy()
         assert self.level is not None
@@ -144,7 +168,9 @@ class Expert:
             policy.rng = np.random.default_rng([seed, k])
 
     def value(self, obs: Obs) -> np.ndarray:
-        td = TensorDict({k: torch.as_tensor(obs[k], dtype=torch.float32) for k in self.manifest["obs_dims"]},
-                        batch_size=[len(obs["proprio"])])
+        td = TensorDict(
+            {k: torch.as_tensor(obs[k], dtype=torch.float32) for k in self.manifest["obs_dims"]},
+            batch_size=[len(obs["proprio"])],
+        )
         with torch.inference_mode():
             return self.critic(td)[:, 0].numpy()

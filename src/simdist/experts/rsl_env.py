@@ -22,8 +22,10 @@ def obs_groups(env: SimVecEnv) -> dict[str, list[str]]:
 
 
 def to_tensordict(obs: dict[str, np.ndarray], num_envs: int) -> TensorDict:
-    return TensorDict({k: torch.as_tensor(v, dtype=torch.float32) for k, v in obs.items() if k != "image"},
-                      batch_size=[num_envs])
+    return TensorDict(
+        {k: torch.as_tensor(v, dtype=torch.float32) for k, v in obs.items() if k != "image"},
+        batch_size=[num_envs],
+    )
 
 
 class RslVecEnv(VecEnv):

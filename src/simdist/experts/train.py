@@ -32,7 +32,10 @@ REAL_PROFILE = {"go2_slope": "ptfe", "go2_foam": "foam", "ur5e_peg": "real"}
 
 def _manifest_base(cfg: TaskConfig, ecfg: ExpertConfig, preset: str, env: Any, kind: str) -> dict[str, Any]:
     groups = obs_groups(env)
-    dims = {k: int(env.single_observation_space[k].shape[0]) for k in sorted({*groups["actor"], *groups["critic"]})}
+    dims = {
+        k: int(env.single_observation_space[k].shape[0])
+        for k in sorted({*groups["actor"], *groups["critic"]})
+    }
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": kind,
@@ -56,18 +59,32 @@ def _rsl_config(ecfg: ExpertConfig, groups: dict[str, list[str]]) -> dict[str, A
         "obs_groups": groups,
         "check_for_nan": True,
         "algorithm": {
-            "class_name": "PPO", "num_learning_epochs": ecfg.learning_epochs, "num_mini_batches": ecfg.mini_batches,
-            "clip_param": 0.2, "gamma": ecfg.gamma, "lam": ecfg.lam, "value_loss_coef": 1.0,
-            "entropy_coef": ecfg.entropy_coef, "learning_rate": ecfg.learning_rate, "max_grad_norm": 1.0,
-            "schedule": "adaptive", "desired_kl": ecfg.desired_kl,
+            "class_name": "PPO",
+            "num_learning_epochs": ecfg.learning_epochs,
+            "num_mini_batches": ecfg.mini_batches,
+            "clip_param": 0.2,
+            "gamma": ecfg.gamma,
+            "lam": ecfg.lam,
+            "value_loss_coef": 1.0,
+            "entropy_coef": ecfg.entropy_coef,
+            "learning_rate": ecfg.learning_rate,
+            "max_grad_norm": 1.0,
+            "schedule": "adaptive",
+            "desired_kl": ecfg.desired_kl,
         },
         "actor": {
-            "class_name": "MLPModel", "hidden_dims": ecfg.actor_hidden, "activation": ecfg.activation,
+            "class_name": "MLPModel",
+            "hidden_dims": ecfg.actor_hidden,
+            "activation": ecfg.activation,
             "obs_normalization": True,
             "distribution_cfg": {"class_name": "GaussianDistribution", "init_std": ecfg.init_std},
         },
-        "critic": {"class_name": "MLPModel", "hidden_dims": ecfg.critic_hidden, "activation": ecfg.activation,
-                   "obs_normalization": True},
+        "critic": {
+            "class_name": "MLPModel",
+            "hidden_dims": ecfg.critic_hidden,
+            "activation": ecfg.activation,
+            "obs_normalization": True,
+        },
     }
 
 
@@ -75,13 +92,19 @@ def _quick_return(policy: ExpertPolicy, cfg: TaskConfig, episodes: int) -> float
     return evaluate(policy.act, cfg, "sim", episodes)["mean_return"]
 
 
-def train_ppo(cfg: TaskConfig, ecfg: ExpertConfig, preset: str, out: Path, log_dir: Path | None) -> dict[str, Any]:
+def train_ppo(
+    cfg: TaskConfig, ecfg: ExpertConfig, preset: str, out: Path, log_dir: Path | None
+) -> dict[str, Any]:
     torch.manual_seed(ecfg.seed)
     env = make_env(cfg, "sim", num_envs=ecfg.num_envs, seed=ecfg.seed, randomize=True)
     rsl_env = RslVecEnv(env)
     manifest = _manifest_base(cfg, ecfg, preset, env, "ppo")
-    runner = OnPolicyRunner(rsl_env, _rsl_config(ecfg, manifest["obs_groups"]),
-                            log_dir=str(log_dir) if log_dir else None, device="cpu")
+    runner = OnPolicyRunner(
+        rsl_env,
+        _rsl_config(ecfg, manifest["obs_groups"]),
+        log_dir=str(log_dir) if log_dir else None,
+        device="cpu",
+    )
     marks = sorted({c for c in ecfg.checkpoints if c < ecfg.iterations})
     entries: list[dict[str, Any]] = []
     start, it = time.monotonic(), 0
@@ -92,7 +115,12 @@ def train_ppo(cfg: TaskConfig, ecfg: ExpertConfig, preset: str, out: Path, log_d
         atomic_safetensors(out / file, runner.alg.actor.state_dict())
         policy = ExpertPolicy(manifest, name, model=runner.alg.actor)
         runner.alg.actor.eval()
-        entry = {"name": name, "file": file, "iteration": it, "eval_return": _quick_return(policy, cfg, quick)}
+        entry = {
+            "name": name,
+            "file": file,
+            "iteration": it,
+            "eval_return": _quick_return(policy, cfg, quick),
+        }
         runner.alg.train_mode()
         return entry
 
@@ -106,8 +134,13 @@ def train_ppo(cfg: TaskConfig, ecfg: ExpertConfig, preset: str, out: Path, log_d
         it = next_stop
     final = save("final")
     atomic_safetensors(out / "critic.safetensors", runner.alg.critic.state_dict())
-    manifest.update(checkpoints=entries, final=final, critic="critic.safetensors", iterations=it,
-                    train_minutes=(time.monotonic() - start) / 60)
+    manifest.update(
+        checkpoints=entries,
+        final=final,
+        critic="critic.safetensors",
+        iterations=it,
+        train_minutes=(time.monotonic() - start) / 60,
+    )
     env.close()
     return manifest
 
@@ -121,8 +154,14 @@ def train_scripted_peg(cfg: TaskConfig, ecfg: ExpertConfig, preset: str, out: Pa
     entries = []
     for k, level in enumerate(levels):
         policy = ExpertPolicy(manifest, f"level{k}", level=level, rng=np.random.default_rng(k))
-        entries.append({"name": f"level{k}", "level": level, "iteration": k,
-                        "eval_return": _quick_return(policy, cfg, max(6, ecfg.eval_episodes // 10))})
+        entries.append(
+            {
+                "name": f"level{k}",
+                "level": level,
+                "iteration": k,
+                "eval_return": _quick_return(policy, cfg, max(6, ecfg.eval_episodes // 10)),
+            }
+        )
     final_level = {"gain": 0.5, "noise": 0.0}
     final_policy = ExpertPolicy(manifest, "final", level=final_level)
     # Critic: regress privileged observations onto Monte-Carlo discounted returns of the final expert.
@@ -141,8 +180,10 @@ def train_scripted_peg(cfg: TaskConfig, ecfg: ExpertConfig, preset: str, out: Pa
     targets = torch.as_tensor(np.concatenate(targets[::-1]), dtype=torch.float32)
     from tensordict import TensorDict
 
-    inputs = TensorDict({k: torch.as_tensor(np.concatenate([o[k] for o in obs_buf])) for k in manifest["obs_dims"]},
-                        batch_size=[len(targets)])
+    inputs = TensorDict(
+        {k: torch.as_tensor(np.concatenate([o[k] for o in obs_buf])) for k in manifest["obs_dims"]},
+        batch_size=[len(targets)],
+    )
     critic = build_mlp(manifest, "critic")
     critic.update_normalization(inputs)
     optim = torch.optim.Adam(critic.parameters(), lr=1e-3)
@@ -154,15 +195,27 @@ def train_scripted_peg(cfg: TaskConfig, ecfg: ExpertConfig, preset: str, out: Pa
         loss.backward()
         optim.step()
     atomic_safetensors(out / "critic.safetensors", critic.state_dict())
-    final = {"name": "final", "level": final_level, "iteration": len(levels),
-             "eval_return": _quick_return(final_policy, cfg, max(6, ecfg.eval_episodes // 10))}
-    manifest.update(checkpoints=entries, final=final, critic="critic.safetensors", iterations=len(levels),
-                    critic_fit_mse=loss.item(), train_minutes=(time.monotonic() - start) / 60)
+    final = {
+        "name": "final",
+        "level": final_level,
+        "iteration": len(levels),
+        "eval_return": _quick_return(final_policy, cfg, max(6, ecfg.eval_episodes // 10)),
+    }
+    manifest.update(
+        checkpoints=entries,
+        final=final,
+        critic="critic.safetensors",
+        iterations=len(levels),
+        critic_fit_mse=loss.item(),
+        train_minutes=(time.monotonic() - start) / 60,
+    )
     env.close()
     return manifest
 
 
-def train_expert(cfg: TaskConfig, ecfg: ExpertConfig, preset: str, out: Path, log_dir: Path | None = None) -> dict[str, Any]:
+def train_expert(
+    cfg: TaskConfig, ecfg: ExpertConfig, preset: str, out: Path, log_dir: Path | None = None
+) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)  # small networks beside the simulator: a second thread costs more than it gives
     if cfg.robot == "ur5e" and ecfg.peg_expert == "scripted":

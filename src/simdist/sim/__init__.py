@@ -27,7 +27,15 @@ def make_env(
         from simdist.sim.go2 import Go2Env as cls
     else:
         from simdist.sim.ur5e import PegEnv as cls  # type: ignore[assignment]
-    return cls(cfg, profile, num_envs=num_envs, seed=seed, randomize=randomize, eval_commands=eval_commands, threads=threads)
+    return cls(
+        cfg,
+        profile,
+        num_envs=num_envs,
+        seed=seed,
+        randomize=randomize,
+        eval_commands=eval_commands,
+        threads=threads,
+    )
 
 
 __all__ = ["SimVecEnv", "TaskConfig", "load_task", "make_env"]

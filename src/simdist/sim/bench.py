@@ -33,7 +33,10 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     rng = np.random.default_rng(0)
     substeps = env.cfg.substeps
     models, datas = env.models, env.datas
-    ctrl = [rng.uniform(m.actuator_ctrlrange[:, 0], m.actuator_ctrlrange[:, 1]) * 0.0 + d.ctrl for m, d in zip(models, datas, strict=True)]
+    ctrl = [
+        rng.uniform(m.actuator_ctrlrange[:, 0], m.actuator_ctrlrange[:, 1]) * 0.0 + d.ctrl
+        for m, d in zip(models, datas, strict=True)
+    ]
 
     def raw() -> None:  # the floor: physics alone, same models, same substeps, no Python per substep
         for m, d, c in zip(models, datas, ctrl, strict=True):

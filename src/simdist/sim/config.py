@@ -90,6 +90,7 @@ class TaskConfig:
     control_hz: float
     episode_seconds: float
     action_clip: float
+    action_max_delta: float
     action_scale: float
     command: CommandConfig
     observation_noise: dict[str, float]
@@ -113,7 +114,9 @@ class TaskConfig:
     def profile(self, name: str) -> dict[str, float]:
         """Nominal dynamics with the named profile's values on top."""
         if name not in self.profiles:
-            raise ConfigError(f"unknown profile '{name}' for task {self.task} (valid: {', '.join(sorted(self.profiles))})")
+            raise ConfigError(
+                f"unknown profile '{name}' for task {self.task} (valid: {', '.join(sorted(self.profiles))})"
+            )
         return {**self.nominal, **self.profiles[name]}
 
 
@@ -130,7 +133,9 @@ def load_task(task: str, overrides: Mapping[str, Any] | None = None) -> TaskConf
     if task not in available("tasks"):
         raise ConfigError(f"unknown task '{task}' (valid: {', '.join(available('tasks'))})")
     raw = load_named("tasks", task)
-    data = apply_overrides(raw, dict(overrides or {}), open_keys=["profiles", "profiles.*", "nominal", "randomisation"])
+    data = apply_overrides(
+        raw, dict(overrides or {}), open_keys=["profiles", "profiles.*", "nominal", "randomisation"]
+    )
     cfg = build(TaskConfig, data)
     _check_params(task, "nominal", cfg.nominal)
     _check_params(task, "randomisation", cfg.randomisation)
@@ -140,7 +145,9 @@ def load_task(task: str, overrides: Mapping[str, Any] | None = None) -> TaskConf
         if len(bounds) != 2 or bounds[0] > bounds[1]:
             raise ConfigError(f"randomisation.{name} must be [low, high] with low <= high, got {bounds}")
     if cfg.peg.range_name not in cfg.peg.ranges:
-        raise ConfigError(f"peg.range_name '{cfg.peg.range_name}' unknown (valid: {', '.join(cfg.peg.ranges)})")
+        raise ConfigError(
+            f"peg.range_name '{cfg.peg.range_name}' unknown (valid: {', '.join(cfg.peg.ranges)})"
+        )
     if cfg.robot not in ("go2", "ur5e"):
         raise ConfigError(f"robot must be go2 or ur5e, got '{cfg.robot}'")
     return cfg

@@ -47,20 +47,49 @@ class Go2Env(SimVecEnv):
         spec = mujoco.MjSpec.from_file(str(assets_dir() / "go2.xml"))
         world = spec.worldbody
         spec.option.timestep = self.cfg.physics_dt
-        tex = spec.add_texture(name="grid", type=mujoco.mjtTexture.mjTEXTURE_2D, builtin=mujoco.mjtBuiltin.mjBUILTIN_CHECKER,
-                               rgb1=[0.25, 0.3, 0.35], rgb2=[0.32, 0.37, 0.42], width=64, height=64)
+        tex = spec.add_texture(
+            name="grid",
+            type=mujoco.mjtTexture.mjTEXTURE_2D,
+            builtin=mujoco.mjtBuiltin.mjBUILTIN_CHECKER,
+            rgb1=[0.25, 0.3, 0.35],
+            rgb2=[0.32, 0.37, 0.42],
+            width=64,
+            height=64,
+        )
         mat = spec.add_material(name="ground", texrepeat=[8, 8])
         mat.textures[mujoco.mjtTextureRole.mjTEXROLE_RGB] = tex.name
         size = self.cfg.terrain.size_m
-        world.add_geom(name="ground", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[size, size, 0.05], material="ground",
-                       priority=2, condim=3, friction=[0.8, 0.02, 0.01])
+        world.add_geom(
+            name="ground",
+            type=mujoco.mjtGeom.mjGEOM_PLANE,
+            size=[size, size, 0.05],
+            material="ground",
+            priority=2,
+            condim=3,
+            friction=[0.8, 0.02, 0.01],
+        )
         if self.cfg.terrain.finish_m > 0:
-            world.add_site(name="finish", type=mujoco.mjtGeom.mjGEOM_BOX, size=[0.01, 1.0, 0.005],
-                           pos=[self.cfg.terrain.finish_m, 0, 0.005], rgba=[1.0, 0.2, 0.1, 1.0])
-        world.add_light(name="sun", pos=[0, 0, 4], dir=[0, 0, -1], type=mujoco.mjtLightType.mjLIGHT_DIRECTIONAL, castshadow=0)
+            world.add_site(
+                name="finish",
+                type=mujoco.mjtGeom.mjGEOM_BOX,
+                size=[0.01, 1.0, 0.005],
+                pos=[self.cfg.terrain.finish_m, 0, 0.005],
+                rgba=[1.0, 0.2, 0.1, 1.0],
+            )
+        world.add_light(
+            name="sun",
+            pos=[0, 0, 4],
+            dir=[0, 0, -1],
+            type=mujoco.mjtLightType.mjLIGHT_DIRECTIONAL,
+            castshadow=0,
+        )
         world.add_camera(name="side", pos=[0.9, -2.6, 0.9], xyaxes=[1, 0, 0, 0, 0.35, 1])
-        track = spec.body("base").add_camera(name="track", pos=[0, -1.6, 0.5], xyaxes=[1, 0, 0, 0, 0.3, 1],
-                                              mode=mujoco.mjtCamLight.mjCAMLIGHT_TRACKCOM)
+        track = spec.body("base").add_camera(
+            name="track",
+            pos=[0, -1.6, 0.5],
+            xyaxes=[1, 0, 0, 0, 0.3, 1],
+            mode=mujoco.mjtCamLight.mjCAMLIGHT_TRACKCOM,
+        )
         del track
         model = spec.compile()
         self._ground = model.geom("ground").id
@@ -70,13 +99,17 @@ class Go2Env(SimVecEnv):
         self._gain = model.actuator_gainprm[:, 0].copy()
         self._kv = -model.actuator_biasprm[:, 2].copy()
         self._dofs = np.arange(6, model.nv)
-        sens = {model.sensor(i).name: (model.sensor_adr[i], model.sensor_dim[i]) for i in range(model.nsensor)}
+        sens = {
+            model.sensor(i).name: (model.sensor_adr[i], model.sensor_dim[i]) for i in range(model.nsensor)
+        }
         self._s_gyro = slice(sens["imu_gyro"][0], sens["imu_gyro"][0] + 3)
         self._s_acc = slice(sens["imu_acc"][0], sens["imu_acc"][0] + 3)
         self._s_quat = slice(sens["imu_quat"][0], sens["imu_quat"][0] + 4)
         self._s_vel = slice(sens["base_linvel"][0], sens["base_linvel"][0] + 3)
         self._s_feet = [sens[f"{leg}_foot_force"][0] for leg in LEGS]
-        self._s_fall = [sens["trunk_touch"][0], sens["head_touch"][0]] + [sens[f"{leg}_thigh_touch"][0] for leg in LEGS]
+        self._s_fall = [sens["trunk_touch"][0], sens["head_touch"][0]] + [
+            sens[f"{leg}_thigh_touch"][0] for leg in LEGS
+        ]
         self._qlow = model.jnt_range[1:, 0].copy()
         self._qhigh = model.jnt_range[1:, 1].copy()
         self.command = np.zeros((self.num_envs, 3))
@@ -124,7 +157,11 @@ class Go2Env(SimVecEnv):
         elif rng.uniform() < c.stand_probability:
             self.command[i] = 0.0
         else:
-            self.command[i] = [rng.uniform(*c.speed_range), rng.uniform(*c.lateral_range), rng.uniform(*c.yaw_rate_range)]
+            self.command[i] = [
+                rng.uniform(*c.speed_range),
+                rng.uniform(*c.lateral_range),
+                rng.uniform(*c.yaw_rate_range),
+            ]
 
     def set_targets(self, actions: np.ndarray) -> None:
         targets = STAND_POSE + self.cfg.action_scale * actions
@@ -199,7 +236,9 @@ class Go2Env(SimVecEnv):
         v_fwd, w_z = s["vel_body"][:, 0], s["gyro"][:, 2]
         torques = np.stack([d.actuator_force for d in self.datas])
         span = self._qhigh - self._qlow
-        near_limit = ((s["joints"] < self._qlow + 0.05 * span) | (s["joints"] > self._qhigh - 0.05 * span)).sum(axis=1)
+        near_limit = (
+            (s["joints"] < self._qlow + 0.05 * span) | (s["joints"] > self._qhigh - 0.05 * span)
+        ).sum(axis=1)
         terms = {
             "track_speed": np.exp(-np.square(v_fwd - self.command[:, 0]) / 0.0625),
             "track_yaw": np.exp(-np.square(w_z - self.command[:, 2]) / 0.0625),
@@ -207,7 +246,8 @@ class Go2Env(SimVecEnv):
             "lin_vel_z": np.square(s["vel_body"][:, 2]),
             "ang_vel_xy": np.square(s["gyro"][:, :2]).sum(axis=1),
             # tilt away from the ramp's normal: aligned with the ramp, body-frame gravity is (-sin theta, 0, -cos theta)
-            "orientation": np.square(s["gravity"][:, 0] + np.sin(self._slopes())) + np.square(s["gravity"][:, 1]),
+            "orientation": np.square(s["gravity"][:, 0] + np.sin(self._slopes()))
+            + np.square(s["gravity"][:, 1]),
             "torques": np.square(torques).sum(axis=1),
             "action_rate": np.square(actions - self.prev_action).sum(axis=1),
             "joint_limit": near_limit.astype(float),

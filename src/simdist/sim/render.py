@@ -21,15 +21,25 @@ CAMERAS = {"go2": "track", "ur5e": "front"}
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_task_arguments(parser)
     parser.add_argument("--out", required=True, help="output file: .mp4, .gif or .png (image strip)")
-    parser.add_argument("--policy", choices=["scripted", "random", "zero"], default="scripted", help="actions to roll out")
+    parser.add_argument(
+        "--policy", choices=["scripted", "random", "zero"], default="scripted", help="actions to roll out"
+    )
     parser.add_argument("--seconds", type=float, default=4.0, help="rollout length")
     parser.add_argument("--fps", type=int, default=25)
     parser.add_argument("--size", type=int, nargs=2, default=[320, 240], metavar=("W", "H"))
     parser.add_argument("--seed", type=int, default=0)
 
 
-def render_rollout(task: str, profile: str, overrides: dict, policy: str, seconds: float, fps: int,
-                   size: tuple[int, int], seed: int) -> list[np.ndarray]:
+def render_rollout(
+    task: str,
+    profile: str,
+    overrides: dict,
+    policy: str,
+    seconds: float,
+    fps: int,
+    size: tuple[int, int],
+    seed: int,
+) -> list[np.ndarray]:
     env = make_env(task, profile, num_envs=1, seed=seed, overrides=overrides)
     env.reset(seed=seed)
     renderer = mujoco.Renderer(env.models[0], size[1], size[0])
@@ -57,8 +67,16 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.suffix not in (".mp4", ".gif", ".png"):
         raise ConfigError(f"--out must end in .mp4, .gif or .png, got '{out.name}'")
-    frames = render_rollout(args.task, args.profile, parse_overrides(args.overrides), args.policy, args.seconds,
-                            args.fps, tuple(args.size), args.seed)
+    frames = render_rollout(
+        args.task,
+        args.profile,
+        parse_overrides(args.overrides),
+        args.policy,
+        args.seconds,
+        args.fps,
+        tuple(args.size),
+        args.seed,
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.stem}.tmp{out.suffix}")
     if out.suffix == ".png":

@@ -47,16 +47,34 @@ class PegEnv(SimVecEnv):
             if body.name not in ("world", "base"):
                 body.gravcomp = 1.0  # the UR controller compensates gravity; servos only track
         world = spec.worldbody
-        world.add_geom(name="table", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[1.0, 1.0, 0.05], rgba=[0.55, 0.5, 0.45, 1])
-        world.add_light(name="sun", pos=[0.5, 0, 2], dir=[0, 0, -1], type=mujoco.mjtLightType.mjLIGHT_DIRECTIONAL, castshadow=0)
+        world.add_geom(
+            name="table", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[1.0, 1.0, 0.05], rgba=[0.55, 0.5, 0.45, 1]
+        )
+        world.add_light(
+            name="sun",
+            pos=[0.5, 0, 2],
+            dir=[0, 0, -1],
+            type=mujoco.mjtLightType.mjLIGHT_DIRECTIONAL,
+            castshadow=0,
+        )
         world.add_camera(name="front", pos=[1.3, 0.13, 0.45], xyaxes=[0, 1, 0, -0.45, 0, 1])
         # The peg: a rigid square bar on the flange; the F/T sensor measures what the peg exerts on the flange.
         flange = spec.site("flange")
         wrist = spec.body("wrist_3_link")
         peg = wrist.add_body(name="peg", pos=flange.pos, quat=flange.quat)
-        peg.add_geom(name="peg", type=mujoco.mjtGeom.mjGEOM_BOX, size=[pc.peg_half_side, pc.peg_half_side, pc.peg_half_length],
-                     pos=[0, 0, pc.peg_half_length], mass=0.1, rgba=[0.85, 0.55, 0.1, 1], priority=2, condim=3,
-                     contype=1, conaffinity=1, friction=[0.3, 0.005, 0.0001])
+        peg.add_geom(
+            name="peg",
+            type=mujoco.mjtGeom.mjGEOM_BOX,
+            size=[pc.peg_half_side, pc.peg_half_side, pc.peg_half_length],
+            pos=[0, 0, pc.peg_half_length],
+            mass=0.1,
+            rgba=[0.85, 0.55, 0.1, 1],
+            priority=2,
+            condim=3,
+            contype=1,
+            conaffinity=1,
+            friction=[0.3, 0.005, 0.0001],
+        )
         peg.add_site(name="ft", size=[0.004])
         peg.add_site(name="peg_tip", pos=[0, 0, 2 * pc.peg_half_length], size=[0.004])
         # The hole block: four walls around a square opening, on a mocap body so its pose can change per episode.
@@ -64,15 +82,46 @@ class PegEnv(SimVecEnv):
         a = pc.peg_half_side + pc.clearance / 2  # half width of the opening
         wall, depth = 0.03, pc.hole_depth
         for k, (x, y, sx, sy) in enumerate(
-            [(a + wall / 2, 0, wall / 2, a + wall), (-a - wall / 2, 0, wall / 2, a + wall),
-             (0, a + wall / 2, a, wall / 2), (0, -a - wall / 2, a, wall / 2)]
+            [
+                (a + wall / 2, 0, wall / 2, a + wall),
+                (-a - wall / 2, 0, wall / 2, a + wall),
+                (0, a + wall / 2, a, wall / 2),
+                (0, -a - wall / 2, a, wall / 2),
+            ]
         ):
-            hole.add_geom(name=f"wall{k}", type=mujoco.mjtGeom.mjGEOM_BOX, size=[sx, sy, depth / 2], pos=[x, y, -depth / 2],
-                          rgba=[0.2, 0.35, 0.6, 1], contype=1, conaffinity=1)
-        spec.add_sensor(name="ft_force", type=mujoco.mjtSensor.mjSENS_FORCE, objtype=mujoco.mjtObj.mjOBJ_SITE, objname="ft")
-        spec.add_sensor(name="ft_torque", type=mujoco.mjtSensor.mjSENS_TORQUE, objtype=mujoco.mjtObj.mjOBJ_SITE, objname="ft")
-        spec.add_sensor(name="tool_linvel", type=mujoco.mjtSensor.mjSENS_FRAMELINVEL, objtype=mujoco.mjtObj.mjOBJ_SITE, objname="flange")
-        spec.add_sensor(name="tool_angvel", type=mujoco.mjtSensor.mjSENS_FRAMEANGVEL, objtype=mujoco.mjtObj.mjOBJ_SITE, objname="flange")
+            hole.add_geom(
+                name=f"wall{k}",
+                type=mujoco.mjtGeom.mjGEOM_BOX,
+                size=[sx, sy, depth / 2],
+                pos=[x, y, -depth / 2],
+                rgba=[0.2, 0.35, 0.6, 1],
+                contype=1,
+                conaffinity=1,
+            )
+        spec.add_sensor(
+            name="ft_force",
+            type=mujoco.mjtSensor.mjSENS_FORCE,
+            objtype=mujoco.mjtObj.mjOBJ_SITE,
+            objname="ft",
+        )
+        spec.add_sensor(
+            name="ft_torque",
+            type=mujoco.mjtSensor.mjSENS_TORQUE,
+            objtype=mujoco.mjtObj.mjOBJ_SITE,
+            objname="ft",
+        )
+        spec.add_sensor(
+            name="tool_linvel",
+            type=mujoco.mjtSensor.mjSENS_FRAMELINVEL,
+            objtype=mujoco.mjtObj.mjOBJ_SITE,
+            objname="flange",
+        )
+        spec.add_sensor(
+            name="tool_angvel",
+            type=mujoco.mjtSensor.mjSENS_FRAMEANGVEL,
+            objtype=mujoco.mjtObj.mjOBJ_SITE,
+            objname="flange",
+        )
         model = spec.compile()
         self._peg_geom = model.geom("peg").id
         self._peg_body = model.body("peg").id
@@ -105,8 +154,15 @@ class PegEnv(SimVecEnv):
         m.dof_frictionloss[:] = p["joint_friction"]
         m.dof_damping[:] = p["joint_damping"]
 
-    def _ik_steps(self, members: np.ndarray, anchor: np.ndarray, axis: np.ndarray, tip: np.ndarray,
-                  flange_rot: np.ndarray, max_step: float = MAX_JOINT_STEP) -> np.ndarray:
+    def _ik_steps(
+        self,
+        members: np.ndarray,
+        anchor: np.ndarray,
+        axis: np.ndarray,
+        tip: np.ndarray,
+        flange_rot: np.ndarray,
+        max_step: float = MAX_JOINT_STEP,
+    ) -> np.ndarray:
         """Damped least-squares joint steps towards the tool targets, batched over members.
 
         The arm's six joints are hinges, so the Jacobian columns are axis x (tip - anchor) and axis, computed from
@@ -125,7 +181,14 @@ class PegEnv(SimVecEnv):
         target_rot[:, 2, 2] = -1.0  # yaw rotation times the tool pointing down
         r_err = target_rot @ flange_rot.transpose(0, 2, 1)
         # Rotation vector of R_err via its skew part: exact direction, sin(angle) magnitude (fine for servoing).
-        rot_err = 0.5 * np.stack([r_err[:, 2, 1] - r_err[:, 1, 2], r_err[:, 0, 2] - r_err[:, 2, 0], r_err[:, 1, 0] - r_err[:, 0, 1]], axis=1)
+        rot_err = 0.5 * np.stack(
+            [
+                r_err[:, 2, 1] - r_err[:, 1, 2],
+                r_err[:, 0, 2] - r_err[:, 2, 0],
+                r_err[:, 1, 0] - r_err[:, 0, 1],
+            ],
+            axis=1,
+        )
         err = np.concatenate([self.target_pos[members] - tip, rot_err], axis=1)
         lam = self.cfg.peg.ik_damping
         jac_t = jac.transpose(0, 2, 1)
@@ -145,13 +208,21 @@ class PegEnv(SimVecEnv):
         c = self.cfg.command
         bias = np.concatenate([rng.normal(0, c.pose_noise_m, 2), [0.0], rng.normal(0, c.yaw_noise_rad, 1)])
         self.command[i] = self.hole_pose[i] + bias
-        start = self.hole_pose[i, :3] + np.array([*rng.uniform(-pc.start_xy_noise, pc.start_xy_noise, 2), pc.start_height])
+        start = self.hole_pose[i, :3] + np.array(
+            [*rng.uniform(-pc.start_xy_noise, pc.start_xy_noise, 2), pc.start_height]
+        )
         self.target_pos[i], self.target_yaw[i] = start, yaw + rng.uniform(-0.05, 0.05)
         d.qpos[:6] = HOME
         for _ in range(100):  # solve the start configuration by IK (kinematics only)
             mujoco.mj_kinematics(m, d)
-            d.qpos[:6] += self._ik_steps(np.array([i]), d.xanchor[None, :6], d.xaxis[None, :6], d.site_xpos[None, self._tip],
-                                         d.site_xmat[None, self._flange].reshape(1, 3, 3), max_step=0.2)[0]
+            d.qpos[:6] += self._ik_steps(
+                np.array([i]),
+                d.xanchor[None, :6],
+                d.xaxis[None, :6],
+                d.site_xpos[None, self._tip],
+                d.site_xmat[None, self._flange].reshape(1, 3, 3),
+                max_step=0.2,
+            )[0]
         d.qvel[:] = 0.0
         d.ctrl[:] = d.qpos[:6]
         self.joint_target[i] = d.qpos[:6]
@@ -180,8 +251,13 @@ class PegEnv(SimVecEnv):
         alpha = (self.cfg.physics_dt / (lag + self.cfg.physics_dt))[:, None]  # first-order servo lag
         members = np.arange(self.num_envs)
         for _ in range(self.cfg.substeps):
-            dq = self._ik_steps(members, anchor[:, :6], axis[:, :6], site_pos[:, self._tip],
-                                site_rot[:, self._flange].reshape(-1, 3, 3))
+            dq = self._ik_steps(
+                members,
+                anchor[:, :6],
+                axis[:, :6],
+                site_pos[:, self._tip],
+                site_rot[:, self._flange].reshape(-1, 3, 3),
+            )
             self.joint_target[:] = np.clip(qpos[:, :6] + dq, self._ctrl_low, self._ctrl_high)
             ctrl[:] += alpha * (self.joint_target - ctrl)
             batch.step()
@@ -271,4 +347,7 @@ class PegEnv(SimVecEnv):
 
     def tool_yaw(self) -> np.ndarray:
         quat = self._last_state["tool_quat"]
-        return np.arctan2(2 * (quat[:, 0] * quat[:, 3] + quat[:, 1] * quat[:, 2]), 1 - 2 * (quat[:, 2] ** 2 + quat[:, 3] ** 2))
+        return np.arctan2(
+            2 * (quat[:, 0] * quat[:, 3] + quat[:, 1] * quat[:, 2]),
+            1 - 2 * (quat[:, 2] ** 2 + quat[:, 3] ** 2),
+        )

@@ -68,7 +68,9 @@ class SimVecEnv(gym.vector.VectorEnv):
         self.counters = {"nonfinite_actions": 0, "clipped_actions": 0, "unstable_resets": 0}
         self._pool = ThreadPoolExecutor(threads) if threads > 1 else None
         self._chunks = np.array_split(np.arange(num_envs), max(1, threads))
-        self.single_action_space = gym.spaces.Box(-cfg.action_clip, cfg.action_clip, (self.action_dim,), np.float32)
+        self.single_action_space = gym.spaces.Box(
+            -cfg.action_clip, cfg.action_clip, (self.action_dim,), np.float32
+        )
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
         spaces = {
             "proprio": gym.spaces.Box(-np.inf, np.inf, (self.proprio_dim,), np.float32),
@@ -128,14 +130,20 @@ class SimVecEnv(gym.vector.VectorEnv):
             value = self.profile_params[name]
             if self.randomize and name in self.cfg.randomisation:
                 low, high = self.cfg.randomisation[name]
-                value = float(rng.integers(low, high + 1)) if name == "latency_steps" else float(rng.uniform(low, high))
+                value = (
+                    float(rng.integers(low, high + 1))
+                    if name == "latency_steps"
+                    else float(rng.uniform(low, high))
+                )
             self.params[name][i] = value
 
     def episode_params(self, i: int) -> dict[str, float]:
         return {name: float(self.params[name][i]) for name in self.param_names}
 
     # ----- gymnasium API -------------------------------------------------------------------------------------
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Obs, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Obs, dict[str, Any]]:
         if seed is not None:
             self._seed(seed)
         self._next_episode = 0
@@ -197,7 +205,11 @@ class SimVecEnv(gym.vector.VectorEnv):
         else:
             list(self._pool.map(run, self._chunks))
 
-    _BAD_STATE = (mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL, mujoco.mjtWarning.mjWARN_BADQACC)
+    _BAD_STATE = (
+        mujoco.mjtWarning.mjWARN_BADQPOS,
+        mujoco.mjtWarning.mjWARN_BADQVEL,
+        mujoco.mjtWarning.mjWARN_BADQACC,
+    )
 
     def _clear_warnings(self) -> None:
         for d in self.datas:
