@@ -376,6 +376,36 @@ class DeployLoop:
         except Exception:  # the robot itself is failing: nothing safer to send from here
             log.exception("deploy: hold failed too")
 
+    # -- an outside clock (the ROS 2 planner node's timer drives `tick`) -----------------------------------------
+    def open(self, *, warmup: int = 0) -> None:
+        """Prepare for `tick(k, deadline)` calls from an outside timer instead of `run()`.
+
+        Plans `warmup` times from a neutral history (the normaliser's mean observation) so that first-call costs
+        are paid before control is enabled, then resets the warm start, starts the planner thread (real time) and
+        sets the clock that stamps ticks.
+        """
+        model = self.store.model
+        if warmup > 0:
+            history = ObservationHistory(model.history, model.obs_dim, model.act_dim)
+            history.push(model.normalizer.obs_mean.reshape(-1).cpu().numpy())
+            command = model.normalizer.command_mean.reshape(-1).cpu().numpy()
+            for _ in range(warmup):
+                with torch.inference_mode():
+                    ctx = model.context(*history.tensors(), None)
+                self.planner.act(ctx, torch.from_numpy(np.asarray(command, dtype=np.float32)), 1)
+            self.planner.reset()
+        self._needs_reset = True
+        if self.realtime and self._thread is None:
+            self._thread = _PlanThread(self._compute)
+        self._t0, self._t0_ns = time.monotonic(), time.time_ns()
+
+    def close(self) -> None:
+        """The end of an outside-clock run: safe hold, then stop the planner thread."""
+        self._safe_hold()
+        if self._thread is not None:
+            self._thread.close()
+            self._thread = None
+
     # -- the run -------------------------------------------------------------------------------------------------
     def run(
         self, *, ticks: int | None = None, seconds: float | None = None, stop: threading.Event | None = None
