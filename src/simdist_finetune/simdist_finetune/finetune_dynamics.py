@@ -1,0 +1,183 @@
+"""`ros2 run simdist_finetune finetune_dynamics --bag run_03`: finetune the dynamics on logged runs with the core,
+then announce the new version on /simdist/model_version so the running planner hot-swaps it.
+
+Works without ROS too (`finetune_dynamics --bag run_03`): the version is published through the checkpoint's
+`dynamics/current` pointer, which the planner's model store also watches; only the announcement needs rclpy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from simdist.bags import schema
+from simdist.bags.reader import read_topics
+from simdist.bags.writer import RUN_PREFIX
+from simdist.errors import BagError, CheckpointError, SimdistError
+from simdist.runtime.finetune import FinetuneOptions, finetune
+
+DEFAULT_BAG_DIR = "runs/bags"
+
+
+def strip_ros_args(argv: Sequence[str]) -> list[str]:
+    """The arguments without ROS's (`--ros-args ... [--]`, as `ros2 run` and launch append them).
+
+    Uses rclpy's own parser when rclpy is installed, else the same rule: from each `--ros-args` up to the next
+    `--` (dropped too) or the end.
+    """
+    try:
+        from rclpy.utilities import remove_ros_args
+    except ImportError:
+        out: list[str] = []
+        inside = False
+        for arg in argv:
+            if arg == "--ros-args":
+                inside = True
+            elif inside and arg == "--":
+                inside = False
+            elif not inside:
+                out.append(arg)
+        return out
+    return list(remove_ros_args(args=list(argv)))
+
+
+def resolve_bag(bag: str, bag_dir: str | Path) -> Path:
+    """A bag path as given, else the run of that name (or number: `3`, `run_03`) under `bag_dir`.
+
+    Raises:
+        BagError: nothing of that name exists (the message lists the runs that do).
+    """
+    given = Path(bag).expanduser()
+    if given.is_dir():
+        return given
+    root = Path(bag_dir).expanduser()
+    names = [bag]
+    if bag.isdigit():
+        names.append(f"{RUN_PREFIX}{int(bag):02d}")
+    for name in names:
+        if (root / name).is_dir():
+            return root / name
+    runs = sorted(p.name for p in root.glob(f"{RUN_PREFIX}*") if p.is_dir()) if root.is_dir() else []
+    found = ", ".join(runs) if runs else "none"
+    raise BagError(f"no bag '{bag}' (not a folder, and not a run under {root}; runs there: {found})")
+
+
+def model_of(bag: Path) -> Path:
+    """The model folder a run was deployed with (its run_start event's "model")."""
+    for _, msg in read_topics(bag, [schema.EVENTS])[schema.EVENTS]:
+        event = json.loads(msg.data)
+        if event.get("event") == schema.RUN_START and event.get("model"):
+            return Path(event["model"])
+    raise CheckpointError(f"{bag}: the run does not name its model; pass --model-dir")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="finetune_dynamics",
+        description="Finetune the world model's dynamics on logged runs and hot-swap the result into the planner.",
+    )
+    parser.add_argument(
+        "--bag", dest="bags", action="append", required=True, help="run_NN, NN, or a bag path"
+    )
+    parser.add_argument(
+        "--bag-dir",
+        default=os.environ.get("SIMDIST_BAG_DIR", DEFAULT_BAG_DIR),
+        help=f"where run_NN bags are ($SIMDIST_BAG_DIR, default {DEFAULT_BAG_DIR})",
+    )
+    parser.add_argument(
+        "--model-dir",
+        default=os.environ.get("SIMDIST_MODEL_DIR"),
+        help="checkpoint folder ($SIMDIST_MODEL_DIR, default: the model the first run was deployed with)",
+    )
+    defaults = FinetuneOptions()
+    parser.add_argument("--max-minutes", type=float, default=None, help="wall-clock training budget")
+    parser.add_argument("--max-steps", type=int, default=None)
+    parser.add_argument("--min-improvement", type=float, default=defaults.min_improvement)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's choice)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=10.0,
+        help="seconds to wait for the planner to confirm the swap (ROS only)",
+    )
+    return parser
+
+
+def announce(model_dir: Path, version: int, wait_s: float) -> str:
+    """Publish the version on /simdist/model_version (transient local) and wait for the planner's model_version
+    event naming it. Returns a one-line outcome."""
+    import importlib
+
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+
+    from simdist.runtime.store import version_label
+    from simdist_finetune.conversions import TOPIC, TYPE, confirms, transient_local_qos, version_msg
+
+    def m(name: str) -> Any:
+        package, _, type_name = name.split("/")
+        return getattr(importlib.import_module(f"{package}.msg"), type_name)
+
+    label = version_label(version)
+    rclpy.init()
+    node = rclpy.create_node("finetune_dynamics")
+    confirmed: list[bool] = []
+
+    def on_event(msg: Any) -> None:
+        if confirms(msg, label):
+            confirmed.append(True)
+
+    try:
+        publisher = node.create_publisher(m(TYPE), TOPIC, transient_local_qos())
+        node.create_subscription(m(schema.EVENT_TYPE), schema.EVENTS, on_event, 100)
+        publisher.publish(version_msg(m, str(model_dir), version))
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        deadline = time.monotonic() + wait_s
+        while not confirmed and time.monotonic() < deadline:
+            executor.spin_once(timeout_sec=0.1)
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+    if confirmed:
+        return f"the planner now plans with {label}"
+    return f"no planner confirmed {label} within {wait_s:g} s (a planner picks it up from dynamics/current)"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(strip_ros_args(sys.argv[1:] if argv is None else argv))
+    try:
+        bags = [resolve_bag(b, args.bag_dir) for b in args.bags]
+        model_dir = Path(args.model_dir) if args.model_dir else model_of(bags[0])
+        options = FinetuneOptions(
+            max_minutes=args.max_minutes,
+            max_steps=args.max_steps,
+            min_improvement=args.min_improvement,
+            threads=args.threads,
+            seed=args.seed,
+        )
+        print(f"finetuning {model_dir} on {', '.join(str(b) for b in bags)}", flush=True)
+        report = finetune(model_dir, bags, options, log=lambda line: print(line, flush=True))
+    except SimdistError as exc:
+        sys.stderr.write(f"finetune_dynamics: error: {exc}\n")
+        return exc.exit_code
+    if report.version is None:
+        print(f"nothing published: {report.reason}")
+        return 0
+    print(f"published v{report.version:04d}: {report.reason}; report {report.report_json}", flush=True)
+    try:
+        print(announce(model_dir, report.version, args.wait))
+    except ImportError:
+        print("rclpy not available: not announced (a running planner picks it up from dynamics/current)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

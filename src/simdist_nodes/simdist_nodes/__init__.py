@@ -1,0 +1,1 @@
+"""SimDist's ROS 2 nodes: thin adapters between ROS topics and the `simdist` core runtime."""
