@@ -147,7 +147,7 @@ def event_from_msg(msg: Any) -> dict[str, Any]:
 
 
 def joint_state_msg(m: MessageFactory, stamp_ns: int, state: RobotState, names: Sequence[str] = ()) -> Any:
-    effort = state.joint_torques if state.joint_torques is not None else []
+    effort: Any = state.joint_torques if state.joint_torques is not None else []
     return m(schema.JOINT_STATE_TYPE)(
         header=header(m, stamp_ns),
         name=[str(n) for n in (state.joint_names or names)],
