@@ -5,6 +5,10 @@ before anything is published). Loss: latent consistency against the frozen encod
 mean_k || z_hat(t+k) - E(o(t+k)) ||^2 over the real future steps, as in pretraining. Early stopping and the gate
 use held-out real episodes: a version whose held-out latent error is not lower than the current one's is refused.
 Bags are read (and refused) before anything is written. Nothing here imports the simulator.
+
+`trainable="all"` is the full-finetuning (forgetting) baseline of `simdist experiment`: every parameter trains on
+the same loss and data (targets from the encoder with stop-gradient, as in pretraining), and a version rewrites
+weights.safetensors too, so only a freshly loaded model sees it (no hot swap).
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ import torch
 from simdist.bags import read_episodes, schema
 from simdist.data.dataset import InMemoryEpisodes, ShardDataset
 from simdist.data.windows import WindowBatch, WindowSampler, held_out
-from simdist.errors import BagError, CheckpointError, DatasetError
-from simdist.model.checkpoint import current_version, load_checkpoint, publish_dynamics
+from simdist.errors import BagError, CheckpointError, ConfigError, DatasetError
+from simdist.model.checkpoint import current_version, load_checkpoint, publish_dynamics, save_weights
 from simdist.model.world_model import Context, WorldModel
 from simdist.train.schedule import learning_rate
 
@@ -55,6 +59,7 @@ class FinetuneOptions:
     sim_share: float = 0.0
     seed: int = 0
     threads: int = 0  # torch threads (0: leave torch's choice)
+    trainable: str = "dynamics"  # "dynamics" (SimDist) or "all" (the full-finetuning baseline)
 
 
 @dataclasses.dataclass
@@ -178,18 +183,30 @@ def split_real(
 # -- the loss ------------------------------------------------------------------------------------------------------
 
 
-def latent_errors(model: WorldModel, batch: WindowBatch) -> torch.Tensor:
-    """(B, T) squared latent error per future step; gradients reach only the dynamics."""
+def latent_predictions(
+    model: WorldModel, batch: WindowBatch, *, train_encoder: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(predicted z_hat(t+1..t+T), target E(o(t+1..t+T))), each (B, T, D).
+
+    Gradients reach only the dynamics, unless `train_encoder` (full finetuning) lets them reach the context too;
+    the target is always detached, as in pretraining.
+    """
     n = model.normalizer
-    with torch.no_grad():  # everything but the dynamics is frozen: no graph through it
+    with torch.set_grad_enabled(train_encoder and torch.is_grad_enabled()):
         latent = model.encoder(n.normalize("obs", batch.obs), batch.image)
         past = model.encoder.proprio(n.normalize("obs", batch.obs_hist))
         tokens, key_mask = model.history_tokens(
             past, n.normalize("action", batch.act_hist), batch.hist_mask.bool(), latent
         )
+    with torch.no_grad():
         target = model.encoder(n.normalize("obs", batch.future_obs), batch.future_image)
     ctx = Context(latent, tokens, key_mask, model.dynamics.cross_kv(tokens), [])
-    predicted = model._predict(ctx, n.normalize("action", batch.actions))
+    return model._predict(ctx, n.normalize("action", batch.actions)), target
+
+
+def latent_errors(model: WorldModel, batch: WindowBatch, *, train_encoder: bool = False) -> torch.Tensor:
+    """(B, T) squared latent error per future step (see `latent_predictions` for where gradients go)."""
+    predicted, target = latent_predictions(model, batch, train_encoder=train_encoder)
     return (predicted - target).pow(2).mean(-1)
 
 
@@ -259,10 +276,14 @@ def finetune(
         raise BagError(f"{Path(bags[0])}: too few steps for training and held-out windows")
     sim = _sim_sampler(options, model)
 
-    frozen = _frozen_state(model)
+    if options.trainable not in ("dynamics", "all"):
+        raise ConfigError(f"trainable must be 'dynamics' or 'all', got '{options.trainable}'")
+    full = options.trainable == "all"
+    frozen = {} if full else _frozen_state(model)
+    trained: torch.nn.Module = model if full else model.dynamics
     for p in model.parameters():
         p.requires_grad_(False)
-    params = model.dynamics_parameters()
+    params = list(trained.parameters())
     for p in params:
         p.requires_grad_(True)
     optimizer = torch.optim.Adam(params, lr=options.lr)
@@ -270,7 +291,7 @@ def finetune(
     limit = options.eval_windows
     before = heldout_latent_error(model, heldout, limit=limit)
     say(f"held-out latent error of {_label(base_version)}: {before.mean():.5f} ({len(heldout)} windows)")
-    best, best_state, since = float(before.mean()), copy.deepcopy(model.dynamics.state_dict()), 0
+    best, best_state, since = float(before.mean()), copy.deepcopy(trained.state_dict()), 0
     per_epoch = math.ceil(len(train) / options.batch_size)
     total = options.max_epochs * per_epoch
     if options.max_steps is not None:
@@ -287,8 +308,8 @@ def finetune(
         if n_sim:
             assert sim is not None
             batch = _concat(batch, sim.sample(n_sim, rng))
-        model.dynamics.train()
-        loss = masked_mean(latent_errors(model, batch), batch)
+        trained.train()
+        loss = masked_mean(latent_errors(model, batch, train_encoder=full), batch)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, options.grad_clip)
@@ -301,7 +322,7 @@ def finetune(
             model.eval()
             current = float(heldout_latent_error(model, heldout, limit=limit).mean())
             if current < best:
-                best, best_state, since = current, copy.deepcopy(model.dynamics.state_dict()), 0
+                best, best_state, since = current, copy.deepcopy(trained.state_dict()), 0
             else:
                 since += 1
             say(
@@ -309,7 +330,7 @@ def finetune(
             )
             if since >= options.patience or out_of_time:
                 break
-    model.dynamics.load_state_dict(best_state)
+    trained.load_state_dict(best_state)
     model.eval()
     after = heldout_latent_error(model, heldout, limit=limit)
     _check_frozen(model, frozen)
@@ -320,6 +341,8 @@ def finetune(
         note = json.dumps(
             {"base": base_version, "before": float(before.mean()), "after": float(after.mean())}
         )
+        if full:
+            save_weights(folder, model)  # the baseline's changed encoder, history and heads
         version = publish_dynamics(folder, model, note=note)
         reason = f"held-out latent error {before.mean():.5f} -> {after.mean():.5f}"
     else:
