@@ -22,6 +22,10 @@ VERBS: dict[str, tuple[str, str]] = {
         "finetune the dynamics on run bags; publish a validated version",
     ),
     "adapt": ("simdist.runtime.adapt", "rounds of deploy, finetune, hot swap and evaluation on sim:PROFILE"),
+    "experiment": (
+        "simdist.experiment.run",
+        "SimDist against baselines with the same real-data budget on sim:PROFILE",
+    ),
 }
 
 

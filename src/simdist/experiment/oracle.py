@@ -1,0 +1,70 @@
+"""The oracle: the same SimDist pipeline, with the real profile inside the pretraining randomisation.
+
+Each parameter the profile sets has its randomisation range widened to include the profile's value (a parameter
+the randomisation does not draw gets the range [nominal, profile value]); the corpus is regenerated with the same
+expert and the world model pretrained again. Only data generation and pretraining see the widened ranges.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from simdist.sim.config import TaskConfig, load_task
+
+
+def oracle_randomisation(cfg: TaskConfig, profile: str) -> dict[str, list[float]]:
+    """`--set` overrides {'randomisation.<param>': [lo, hi]} that put `profile` inside the randomisation."""
+    cfg.profile(profile)  # unknown profile: one clear error
+    out: dict[str, list[float]] = {}
+    for name, value in cfg.profiles[profile].items():
+        lo, hi = cfg.randomisation.get(name, [cfg.nominal[name], cfg.nominal[name]])
+        low, high = min(lo, value), max(hi, value)
+        if name == "latency_steps":  # drawn as an integer
+            low, high = int(low), int(high)
+        if [low, high] != [lo, hi] or name not in cfg.randomisation:
+            out[f"randomisation.{name}"] = [low, high]
+    return out
+
+
+def pretrain_pipeline(
+    task: str,
+    expert: Path,
+    out: Path,
+    *,
+    data_preset: str,
+    train_preset: str,
+    overrides: Mapping[str, Any] | None = None,
+    data_overrides: Mapping[str, Any] | None = None,
+    train_overrides: Mapping[str, Any] | None = None,
+) -> Path:
+    """Generate a corpus in `out/data` and pretrain a world model into `out/model` (returned).
+
+    `train_overrides` are `simdist train pretrain --set` keys (`train.steps`, `model.latent_dim`, ...). Resumes: a
+    finished model is reused; the corpus generator itself resumes at its first missing shard.
+    """
+    from simdist.data.generate import generate, load_data_config
+    from simdist.model.checkpoint import CONFIG_NAME
+    from simdist.train.pretrain import pretrain
+
+    model = out / "model"
+    if (model / CONFIG_NAME).is_file():
+        return model
+    cfg = load_task(task, overrides)
+    dcfg = load_data_config(data_preset, dict(data_overrides or {}))
+    generate(cfg, dcfg, expert, out / "data", data_preset)
+    args = argparse.Namespace(
+        task=task,
+        data=out / "data",
+        preset=train_preset,
+        out=model,
+        device="cpu",
+        resume=False,
+        no_progress=True,
+        overrides=[f"{k}={json.dumps(v)}" for k, v in dict(train_overrides or {}).items()],
+    )
+    pretrain(args)
+    return model

@@ -1,0 +1,247 @@
+"""The prediction view: held-out latent error by horizon, and (Go2) predicted against actual base velocity in a slip.
+
+Held-out data are rollouts of the expert's final policy on the real profile, which no method trains on. There is
+no decoder, so base velocity is read from latents by a linear probe (ridge regression) fitted on simulation
+rollouts under the pretraining randomisation, from the pretrained encoder's latent E(o_t) to the true body-frame
+velocity v_t. The slip plot compares the actual velocity with the probe applied to the latent predicted k steps
+earlier, probe(z_hat(t | t-k)), before and after adaptation; the dynamics-only methods share the pretrained
+encoder, so one probe serves them (full finetuning changes the encoder and is left out of the plot).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from simdist.data.dataset import InMemoryEpisodes
+from simdist.data.windows import WindowSampler
+from simdist.experiment.report import save_png
+from simdist.experts.policy import Expert
+from simdist.model.world_model import WorldModel
+from simdist.runtime.finetune import heldout_latent_error, latent_predictions
+from simdist.sim import make_env
+from simdist.sim.config import TaskConfig
+
+# Body-frame base velocity in the Go2's privileged observation (simdist.sim.go2.Go2Env.observe: 35 clean
+# proprio values, then vel_body).
+GO2_VELOCITY = slice(35, 38)
+
+
+@dataclass
+class Rollouts:
+    """Whole episodes in the dataset's per-step format, plus the true base velocity per step (Go2)."""
+
+    episodes: list[dict[str, np.ndarray]]
+    velocity: list[np.ndarray] | None
+
+    @property
+    def steps(self) -> int:
+        return sum(len(e["proprio"]) for e in self.episodes)
+
+    def sampler(self, model: WorldModel) -> WindowSampler:
+        return WindowSampler(InMemoryEpisodes(self.episodes), model.history, model.horizon)
+
+
+def expert_rollouts(
+    cfg: TaskConfig,
+    profile: str,
+    expert_dir: Path,
+    *,
+    num_envs: int,
+    seconds: float,
+    seed: int,
+    randomize: bool = False,
+) -> Rollouts:
+    """`seconds` of every one of `num_envs` environments under the expert's final policy (episodes split at resets;
+    the unfinished tails are kept as episodes too)."""
+    expert = Expert(expert_dir)
+    expert.reseed(seed)
+    env = make_env(cfg, profile, num_envs=num_envs, seed=seed, randomize=randomize)
+    obs, _ = env.reset(seed=seed)
+    go2 = cfg.robot == "go2"
+    keys = ("proprio", "command", "action", "velocity")
+    buffers: list[dict[str, list[np.ndarray]]] = [{k: [] for k in keys} for _ in range(num_envs)]
+    done_eps: list[dict[str, list[np.ndarray]]] = []
+    for _ in range(max(2, round(seconds * cfg.control_hz))):
+        step_obs = obs
+        obs, _, terminated, truncated, info = env.step(expert.final.act(obs))
+        for i in range(num_envs):
+            b = buffers[i]
+            b["proprio"].append(step_obs["proprio"][i])
+            b["command"].append(step_obs["command"][i])
+            b["action"].append(info["action"][i].copy())
+            if go2:
+                b["velocity"].append(step_obs["privileged"][i, GO2_VELOCITY])
+        for i in np.flatnonzero(terminated | truncated):
+            done_eps.append(buffers[i])
+            buffers[i] = {k: [] for k in keys}
+    env.close()
+    episodes, velocity = [], []
+    for n, b in enumerate(e for e in done_eps + buffers if len(e["proprio"]) >= 2):
+        length = len(b["proprio"])
+        episodes.append(
+            {
+                "proprio": np.asarray(b["proprio"], np.float32),
+                "command": np.asarray(b["command"], np.float32),
+                "action": np.asarray(b["action"], np.float32),
+                "reward": np.zeros(length, np.float32),
+                "value": np.zeros(length, np.float32),
+                "expert_flag": np.zeros(length, bool),
+                "episode": np.full(length, n, np.int64),
+                "step": np.arange(length, dtype=np.int32),
+            }
+        )
+        if go2:
+            velocity.append(np.asarray(b["velocity"], np.float32))
+    return Rollouts(episodes, velocity if go2 else None)
+
+
+def latent_error_by_horizon(model: WorldModel, rollouts: Rollouts, *, windows: int) -> list[float]:
+    """Held-out latent MSE per prediction step k = 1..T on the rollouts (against the model's own encoder)."""
+    model.eval()
+    return [float(x) for x in heldout_latent_error(model, rollouts.sampler(model), limit=windows)]
+
+
+# -- the velocity probe --------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def encode(model: WorldModel, proprio: np.ndarray) -> np.ndarray:
+    """E(o_t) for a (N, O) array of raw observations."""
+    model.eval()
+    obs = torch.as_tensor(proprio, dtype=torch.float32)
+    return model.encoder(model.normalizer.normalize("obs", obs), None).numpy()
+
+
+@dataclass
+class Probe:
+    """A linear map from latent to base velocity: v = [z, 1] @ weights."""
+
+    weights: np.ndarray  # (D + 1, 3)
+    r2: list[float]  # per velocity component, on held-out simulation episodes
+
+    def __call__(self, latents: np.ndarray) -> np.ndarray:
+        return np.concatenate([latents, np.ones((len(latents), 1))], axis=1) @ self.weights
+
+
+def fit_probe(model: WorldModel, rollouts: Rollouts, *, ridge: float) -> Probe:
+    """Ridge regression from E(o_t) to v_t; R^2 on every fifth episode, held out of the fit."""
+    assert rollouts.velocity is not None
+    test = [i % 5 == 4 for i in range(len(rollouts.episodes))]
+    if not any(test) or all(test):
+        test = [False] * len(test)
+
+    def stack(held: bool) -> tuple[np.ndarray, np.ndarray]:
+        chosen = [i for i, t in enumerate(test) if t == held] or list(range(len(test)))
+        z = encode(model, np.concatenate([rollouts.episodes[i]["proprio"] for i in chosen]))
+        v = np.concatenate([rollouts.velocity[i] for i in chosen])  # type: ignore[index]
+        return np.concatenate([z, np.ones((len(z), 1))], axis=1), v
+
+    x, y = stack(False)
+    reg = ridge * len(x) * np.eye(x.shape[1])
+    reg[-1, -1] = 0.0  # no penalty on the intercept
+    weights = np.linalg.solve(x.T @ x + reg, x.T @ y)
+    xt, yt = stack(True)
+    residual = ((xt @ weights - yt) ** 2).sum(0)
+    total = ((yt - yt.mean(0)) ** 2).sum(0)
+    r2 = [float(1.0 - r / t) if t > 0 else float("nan") for r, t in zip(residual, total, strict=True)]
+    return Probe(weights, r2)
+
+
+@torch.no_grad()
+def predicted_velocity(
+    model: WorldModel, rollouts: Rollouts, episode: int, probe: Probe, k: int
+) -> np.ndarray:
+    """probe(z_hat(t | t-k)) for every step t of one episode (NaN where t < k)."""
+    model.eval()
+    source = InMemoryEpisodes([rollouts.episodes[episode]])
+    sampler = WindowSampler(source, model.history, model.horizon)
+    length = len(rollouts.episodes[episode]["proprio"])
+    out = np.full((length, 3), np.nan)
+    starts = np.arange(0, max(0, length - k))
+    for i in range(0, len(starts), 256):
+        chunk = starts[i : i + 256]
+        predicted, _ = latent_predictions(model, sampler.windows(chunk))
+        out[chunk + k] = probe(predicted[:, k - 1].numpy())
+    return out
+
+
+def find_slip(rollouts: Rollouts, *, history: int) -> tuple[int, int]:
+    """(episode, step) where the forward velocity falls furthest below the commanded speed (after the history)."""
+    assert rollouts.velocity is not None
+    best = (-np.inf, 0, 0)
+    for e, (episode, velocity) in enumerate(zip(rollouts.episodes, rollouts.velocity, strict=True)):
+        deficit = episode["command"][:, 0] - velocity[:, 0]
+        deficit[: min(history, len(deficit))] = -np.inf
+        t = int(np.argmax(deficit))
+        if deficit[t] > best[0]:
+            best = (float(deficit[t]), e, t)
+    return best[1], best[2]
+
+
+def slip_view(
+    models: dict[str, WorldModel],
+    probe: Probe,
+    rollouts: Rollouts,
+    *,
+    k: int,
+    window_s: float,
+    control_hz: float,
+    out: Path,
+) -> dict[str, Any]:
+    """Plot actual and predicted forward velocity around the worst slip; returns RMSEs over all held-out steps."""
+    reference = next(iter(models.values()))
+    k = max(1, min(k, reference.horizon))
+    episode, t_slip = find_slip(rollouts, history=reference.history)
+    assert rollouts.velocity is not None
+    actual = rollouts.velocity[episode][:, 0]
+    encoded = probe(encode(reference, rollouts.episodes[episode]["proprio"]))[:, 0]
+    every = {
+        name: [predicted_velocity(m, rollouts, e, probe, k)[:, 0] for e in range(len(rollouts.episodes))]
+        for name, m in models.items()
+    }
+    predicted = {name: values[episode] for name, values in every.items()}
+    rmse: dict[str, float] = {}
+    for name, values in every.items():
+        errors = [
+            (p[~np.isnan(p)] - v[~np.isnan(p), 0]) ** 2
+            for p, v in zip(values, rollouts.velocity, strict=True)
+        ]
+        rmse[name] = float(np.sqrt(np.mean(np.concatenate(errors))))
+    half = max(1, round(window_s * control_hz / 2))
+    lo, hi = max(0, t_slip - half), min(len(actual), t_slip + half)
+    time_s = np.arange(lo, hi) / control_hz
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(time_s, actual[lo:hi], color="black", lw=2, label="actual (simulator truth)")
+    ax.plot(time_s, encoded[lo:hi], color="gray", ls=":", label="probe(E(o_t)) (probe ceiling)")
+    for name, values in predicted.items():
+        ax.plot(time_s, values[lo:hi], label=f"probe(z_hat(t | t-{k})): {name}")
+    command = rollouts.episodes[episode]["command"][lo:hi, 0]
+    ax.plot(time_s, command, color="tab:red", ls="--", lw=1, label="commanded")
+    ax.axvline(t_slip / control_hz, color="tab:red", alpha=0.3)
+    ax.set_xlabel("time in the held-out episode (s)")
+    ax.set_ylabel("forward base velocity (m/s)")
+    ax.set_title("predicted vs actual base velocity around the largest slip")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    save_png(fig, out)
+    return {
+        "episode": episode,
+        "slip_step": t_slip,
+        "slip_deficit_mps": float(rollouts.episodes[episode]["command"][t_slip, 0] - actual[t_slip]),
+        "k": k,
+        "rmse_mps": rmse,
+        "probe_r2": probe.r2,
+        "png": out.name,
+    }

@@ -1,0 +1,519 @@
+"""`simdist experiment`: SimDist against baselines on a sim:<profile> "real robot", the paper's Figure 4 emulated.
+
+Per seed, every adapting method gets the same real-data budget in environment steps at each point
+(minutes x 60 x control_hz): `simdist` collects with its current model through the planner, finetunes the dynamics
+on all its data so far, publishes (gate) and continues; `full_finetune` trains every world-model weight on the same
+loss and simdist's very bags; `oracle` is the simdist loop from a model pretrained with the profile inside the
+randomisation; `rl_finetune` runs PPO from the expert on the profile; `zero_shot` is evaluated once. Every
+evaluation uses the task's protocol (Go2: 3 speeds x 5 episodes, forward progress; peg: 20 episodes, success) with
+the same evaluation seed for all methods of a seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import shlex
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from simdist.errors import ConfigError
+from simdist.experiment.config import (
+    ExperimentConfig,
+    budget_steps,
+    increments,
+    load_experiment_config,
+    parse_points,
+    rl_geometry,
+)
+from simdist.experiment.report import ExperimentResult, PointResult, latent_by_horizon_plot, write_outputs
+from simdist.sim.config import TaskConfig, load_task
+
+EVAL_SEED = 10_000  # + seed: the same evaluation episodes for every method of a seed
+HELDOUT_SEED = 20_000
+PROBE_SEED = 30_000
+
+
+def protocol(cfg: TaskConfig, eval_episodes: int | None) -> tuple[int, str, str, str]:
+    """(episodes, metric name, episode-metric key, description) of the task's evaluation."""
+    if cfg.robot == "go2":
+        per = eval_episodes or 5
+        speeds = cfg.command.eval_speeds or [0.5]
+        description = (
+            f"{len(speeds)} commanded speeds ({', '.join(f'{s:g}' for s in speeds)} m/s) x {per} episodes"
+        )
+        return per * len(speeds), "forward progress (m)", "progress_m", description
+    count = eval_episodes or 20
+    return count, "success rate", "success", f"{count} episodes"
+
+
+@dataclass
+class _Track:
+    """A world-model method's working checkpoint (a copy of its starting model) and its counters."""
+
+    method: str
+    folder: Path
+    trainable: str
+    steps: int = 0
+    data_steps: int = 0
+    note: str = ""
+
+
+@dataclass
+class _Run:
+    task: str
+    profile: str
+    cfg: TaskConfig
+    ecfg: ExperimentConfig
+    overrides: dict[str, Any]
+    out: Path
+    expert: Path
+    log: Callable[[str], None]
+    result: ExperimentResult
+    heldout: Any = None  # prediction.Rollouts
+
+    @contextlib.contextmanager
+    def timed(self, method: str, phase: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            costs = self.result.costs.setdefault(method, {})
+            costs[phase] = costs.get(phase, 0.0) + time.perf_counter() - start
+
+    def evaluate_model(self, folder: Path, seed: int) -> float:
+        from simdist.runtime.adapt import evaluate_on_robot
+        from simdist.runtime.store import ModelStore
+
+        _, value, _ = evaluate_on_robot(
+            self.task,
+            self.profile,
+            ModelStore(folder),
+            overrides=self.overrides,
+            planner=self.ecfg.planner,
+            planner_overrides=self.ecfg.planner_overrides,
+            episodes=self.ecfg.eval_episodes,
+            seed=EVAL_SEED + seed,
+        )
+        return value
+
+    def heldout_error(self, folder: Path) -> float:
+        from simdist.experiment.prediction import latent_error_by_horizon
+        from simdist.model.checkpoint import load_checkpoint
+
+        errors = latent_error_by_horizon(
+            load_checkpoint(folder), self.heldout, windows=self.ecfg.prediction.windows
+        )
+        return float(np.mean(errors))
+
+
+def _copy_model(source: Path, dest: Path) -> Path:
+    ignore = shutil.ignore_patterns("reports", "tb", "eval", ".*.tmp", "optimizer.safetensors")
+    return Path(shutil.copytree(source, dest, ignore=ignore))
+
+
+def _world_model_methods(
+    run: _Run, seed: int, lead: _Track, followers: list[_Track], zero: float | None
+) -> None:
+    """Collect with `lead`'s current model; finetune `lead` and every follower on all the data so far; evaluate.
+
+    `zero` is the zero-shot value of the lead's starting model (reused at a point without data, when known).
+    """
+    from simdist.model.checkpoint import current_version
+    from simdist.runtime.deploy import run_deploy
+    from simdist.runtime.finetune import finetune, real_episodes
+
+    ecfg, result = run.ecfg, run.result
+    tracks = [lead, *followers]
+    bags: list[Path] = []
+    steps = result.budget
+    for i, (minutes, increment) in enumerate(zip(result.points, increments(steps), strict=True)):
+        if increment > 0:
+            run.log(f"seed {seed}, {lead.method}: collecting {increment} steps ({minutes:g} min in all)")
+            with run.timed(lead.method, "collect"):
+                deployed = run_deploy(
+                    run.task,
+                    f"sim:{run.profile}",
+                    lead.folder,
+                    ticks=increment,
+                    bag_dir=run.out / f"seed_{seed}" / lead.method / "bags",
+                    overrides=run.overrides,
+                    planner=ecfg.planner,
+                    planner_overrides=ecfg.planner_overrides,
+                    seed=1000 * seed + i,
+                )
+            assert deployed.bag is not None
+            bags.append(deployed.bag)
+            lead.steps += deployed.stats.ticks
+            data_steps = sum(len(e["proprio"]) for e in real_episodes(bags))
+            for track in tracks:
+                track.steps, track.data_steps = lead.steps, data_steps
+                with run.timed(track.method, "finetune"):
+                    report = finetune(
+                        track.folder, bags, ecfg.finetune_options(trainable=track.trainable, seed=seed)
+                    )
+                track.note = "" if report.published else "gate refused: kept the previous version"
+        for track in tracks:
+            if track.steps == 0 and zero is not None:
+                value = zero  # no data yet: the starting model, already evaluated on the same episodes
+            else:
+                with run.timed(track.method, "evaluate"):
+                    value = run.evaluate_model(track.folder, seed)
+            with run.timed("prediction view", "latent error"):
+                latent = run.heldout_error(track.folder)
+            result.rows.append(
+                PointResult(
+                    method=track.method,
+                    seed=seed,
+                    minutes=minutes,
+                    steps=track.steps,
+                    metric=result.metric,
+                    performance=value,
+                    latent_error=latent,
+                    data_steps=track.data_steps,
+                    version=f"v{current_version(track.folder):04d}",
+                    note=track.note,
+                )
+            )
+            run.log(f"seed {seed}, {track.method} at {minutes:g} min: {value:.3f}")
+
+
+def _rl_method(run: _Run, seed: int) -> None:
+    from simdist.experiment.rl import RlFinetuner
+    from simdist.experts.config import load_expert_config
+
+    ecfg, result = run.ecfg, run.result
+    preset = load_expert_config(ecfg.rl.expert_preset, dict(ecfg.rl.overrides))
+    steps = increments(result.budget)
+    num_envs, steps_per_env = rl_geometry(steps, preset.num_envs, preset.steps_per_env)
+    result.settings["rl_geometry"] = f"{num_envs} x {steps_per_env}"
+    count, _, key, _ = protocol(run.cfg, ecfg.eval_episodes)
+    folder = run.out / f"seed_{seed}" / "rl_finetune"
+    folder.mkdir(parents=True, exist_ok=True)
+    with run.timed("rl_finetune", "setup"):
+        tuner = RlFinetuner.create(
+            run.cfg,
+            run.profile,
+            run.expert,
+            expert_preset=ecfg.rl.expert_preset,
+            num_envs=num_envs,
+            steps_per_env=steps_per_env,
+            seed=seed,
+            expert_overrides=dict(ecfg.rl.overrides),
+        )
+    try:
+        for i, (minutes, increment) in enumerate(zip(result.points, steps, strict=True)):
+            with run.timed("rl_finetune", "train"):
+                iterations = tuner.train(increment)
+            with run.timed("rl_finetune", "evaluate"):
+                episodes = tuner.evaluate(run.cfg, run.profile, count, EVAL_SEED + seed)
+            tuner.save_actor(folder / f"actor_{i:02d}.safetensors")
+            value = float(np.mean([e[key] for e in episodes]))
+            result.rows.append(
+                PointResult(
+                    method="rl_finetune",
+                    seed=seed,
+                    minutes=minutes,
+                    steps=tuner.env.env_steps,
+                    metric=result.metric,
+                    performance=value,
+                    note=f"{iterations} PPO iterations",
+                )
+            )
+            run.log(f"seed {seed}, rl_finetune at {minutes:g} min: {value:.3f}")
+    finally:
+        tuner.close()
+
+
+def _oracle_model(run: _Run, oracle_model: Path | None) -> Path:
+    from simdist.experiment.oracle import oracle_randomisation, pretrain_pipeline
+
+    widened = oracle_randomisation(run.cfg, run.profile)
+    run.result.settings["oracle_randomisation"] = widened
+    if oracle_model is not None:
+        run.result.settings["oracle_model"] = str(oracle_model)
+        return oracle_model
+    o = run.ecfg.oracle
+    run.log(f"oracle: generating data and pretraining with {widened}")
+    with run.timed("oracle", "pretrain"):
+        model = pretrain_pipeline(
+            run.task,
+            run.expert,
+            run.out / "oracle_pretrain",
+            data_preset=o.data_preset,
+            train_preset=o.train_preset,
+            overrides={**run.overrides, **widened},
+            data_overrides=o.data_overrides,
+            train_overrides=o.train_overrides,
+        )
+    run.result.settings["oracle_model"] = str(model)
+    return model
+
+
+def _prediction_view(run: _Run, base: Path) -> None:
+    """Latent error by horizon before and after adaptation (seed 0), and the Go2 slip plot."""
+    from simdist.experiment import prediction as pv
+    from simdist.model.checkpoint import load_checkpoint
+
+    p = run.ecfg.prediction
+    seed0 = run.out / f"seed_{run.result.seeds[0]}"
+    last = f"{run.result.points[-1]:g} min"
+    models = {"pretrained (0 min)": load_checkpoint(base)}
+    for method in ("simdist", "full_finetune"):
+        if (seed0 / method / "model").is_dir():
+            models[f"{method} ({last})"] = load_checkpoint(seed0 / method / "model")
+    if (seed0 / "oracle" / "model").is_dir():
+        models["oracle pretrained (0 min)"] = load_checkpoint(Path(run.result.settings["oracle_model"]))
+        models[f"oracle ({last})"] = load_checkpoint(seed0 / "oracle" / "model")
+    with run.timed("prediction view", "latent error"):
+        curves = {
+            name: pv.latent_error_by_horizon(m, run.heldout, windows=p.windows) for name, m in models.items()
+        }
+    latent_by_horizon_plot(
+        curves,
+        run.out / "latent_error_by_horizon.png",
+        f"held-out latent error by horizon, seed {run.result.seeds[0]}",
+    )
+    view: dict[str, Any] = {
+        "heldout": (
+            f"{run.heldout.steps} steps ({len(run.heldout.episodes)} episodes) of the expert's final policy on "
+            f"sim:{run.profile}, {p.heldout_envs} environments x {p.heldout_seconds:g} s, seed {HELDOUT_SEED}; "
+            "no method trains on them"
+        ),
+        "latent_by_horizon": curves,
+    }
+    if run.cfg.robot == "go2" and run.heldout.velocity is not None:
+        with run.timed("prediction view", "velocity probe"):
+            sim = pv.expert_rollouts(
+                run.cfg,
+                "sim",
+                run.expert,
+                num_envs=p.probe_envs,
+                seconds=p.probe_seconds,
+                seed=PROBE_SEED,
+                randomize=True,
+            )
+            probe = pv.fit_probe(models["pretrained (0 min)"], sim, ridge=p.ridge)
+            slip_models = {
+                k: m for k, m in models.items() if not k.startswith(("full_finetune", "oracle pretrained"))
+            }
+            view["slip"] = pv.slip_view(
+                slip_models,
+                probe,
+                run.heldout,
+                k=p.probe_step,
+                window_s=p.slip_window_s,
+                control_hz=run.cfg.control_hz,
+                out=run.out / "slip_velocity.png",
+            )
+        view["probe"] = (
+            f"A linear probe (ridge {p.ridge:g}) from the pretrained encoder's latent E(o_t) to the true body-frame "
+            f"base velocity, fitted on {sim.steps} steps of expert rollouts in simulation under the pretraining "
+            "randomisation; the plot applies it to latents the dynamics predicted k steps earlier. The dynamics-only "
+            "methods keep the pretrained encoder, so the one probe reads all of them; full finetuning is left out."
+        )
+    run.result.prediction = view
+
+
+def run_experiment(
+    task: str,
+    profile: str,
+    *,
+    model: Path,
+    expert: Path,
+    out: Path,
+    preset: str = "default",
+    config: ExperimentConfig | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    oracle_model: Path | None = None,
+    command: str = "",
+    log: Callable[[str], None] | None = None,
+) -> ExperimentResult:
+    """Run every configured method over the seeds and points; write the report, plots and results.json to `out`."""
+    from simdist.experiment.prediction import expert_rollouts
+
+    ecfg = config or load_experiment_config(preset)
+    overrides = dict(overrides or {})
+    cfg = load_task(task, overrides)
+    cfg.profile(profile)
+    _, metric, _, description = protocol(cfg, ecfg.eval_episodes)
+    if ecfg.threads > 0:
+        torch.set_num_threads(ecfg.threads)
+    out.mkdir(parents=True, exist_ok=False)
+    seeds = list(range(ecfg.seeds))
+    result = ExperimentResult(
+        task=task,
+        profile=profile,
+        preset=preset,
+        points=list(ecfg.points),
+        budget=budget_steps(ecfg.points, cfg.control_hz),
+        seeds=seeds,
+        methods=list(ecfg.methods),
+        metric=metric,
+    )
+    result.settings = {
+        "command": command,
+        "control_hz": cfg.control_hz,
+        "protocol": description,
+        "model": str(model),
+        "expert": str(expert),
+        "task_overrides": overrides,
+        "profile_params": cfg.profile(profile),
+        "experiment": dataclasses.asdict(ecfg),
+        "evaluation_seed": f"{EVAL_SEED} + seed",
+    }
+    run = _Run(task, profile, cfg, ecfg, overrides, out, expert, log or (lambda m: None), result)
+    p = ecfg.prediction
+    with run.timed("prediction view", "held-out rollouts"):
+        run.heldout = expert_rollouts(
+            cfg, profile, expert, num_envs=p.heldout_envs, seconds=p.heldout_seconds, seed=HELDOUT_SEED
+        )
+    oracle = _oracle_model(run, oracle_model) if "oracle" in ecfg.methods else None
+    if "rl_finetune" in ecfg.methods:
+        from simdist.experts.policy import read_manifest
+
+        kind = read_manifest(expert)["kind"]
+        if kind != "ppo":
+            result.skipped["rl_finetune"] = (
+                f"the {task} expert is {kind} (a privileged controller with no actor network): there is no "
+                "policy for PPO to resume"
+            )
+    for seed in seeds:
+        root = out / f"seed_{seed}"
+        zero = None
+        if {"zero_shot", "simdist", "full_finetune"} & set(ecfg.methods):
+            with run.timed("zero_shot", "evaluate"):
+                zero = run.evaluate_model(model, seed)
+            if "zero_shot" in ecfg.methods:
+                with run.timed("prediction view", "latent error"):
+                    latent = run.heldout_error(model)
+                for minutes in result.points:
+                    result.rows.append(
+                        PointResult("zero_shot", seed, minutes, 0, metric, zero, latent, version="v0000")
+                    )
+            run.log(f"seed {seed}, zero_shot: {zero:.3f}")
+        lead_methods = [m for m in ("simdist", "full_finetune") if m in ecfg.methods]
+        if lead_methods:
+            tracks = [
+                _Track(m, _copy_model(model, root / m / "model"), "dynamics" if m == "simdist" else "all")
+                for m in lead_methods
+            ]
+            # full finetuning trains on simdist's bags; alone, it collects its own with its current model
+            _world_model_methods(run, seed, tracks[0], tracks[1:], zero)
+        if oracle is not None:
+            track = _Track("oracle", _copy_model(oracle, root / "oracle" / "model"), "dynamics")
+            _world_model_methods(run, seed, track, [], None)
+        if "rl_finetune" in ecfg.methods and "rl_finetune" not in result.skipped:
+            _rl_method(run, seed)
+    _prediction_view(run, model)
+    write_outputs(result, out)
+    return result
+
+
+# -- CLI -----------------------------------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--task", required=True, help="task name (config/tasks/<task>.yaml)")
+    parser.add_argument(
+        "--profile", required=True, help="the real robot: sim:<profile> (e.g. ptfe, foam, real)"
+    )
+    parser.add_argument("--seeds", type=int, default=None, help="seeds (default: the preset's)")
+    parser.add_argument("--preset", default="default", help="config/experiment/<preset>.yaml: tiny, default")
+    parser.add_argument("--points", default=None, help="minutes of real data, e.g. 0,5,10,15,30")
+    parser.add_argument(
+        "--methods",
+        default=None,
+        help="comma-separated subset of zero_shot,simdist,full_finetune,rl_finetune,oracle",
+    )
+    parser.add_argument(
+        "--model", type=Path, default=None, help="pretrained checkpoint (default: models/<task>/)"
+    )
+    parser.add_argument(
+        "--expert", type=Path, default=None, help="expert folder (default: runs/experts/<task>)"
+    )
+    parser.add_argument(
+        "--oracle-model", type=Path, default=None, help="reuse a pretrained oracle checkpoint"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="run folder (default: runs/experiments/<task>_<profile>_NN)"
+    )
+    parser.add_argument(
+        "--experiment-set",
+        dest="experiment_overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a preset value, e.g. finetune.max_steps=2000",
+    )
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+
+
+def _next_out(root: Path, stem: str) -> Path:
+    n = 1
+    while (root / f"{stem}_{n:02d}").exists():
+        n += 1
+    return root / f"{stem}_{n:02d}"
+
+
+def _command(args: argparse.Namespace, ecfg: ExperimentConfig, model: Path, expert: Path, out: Path) -> str:
+    """The command line that reproduces this run (defaults made explicit)."""
+    parts = ["simdist", "experiment", "--task", args.task, "--profile", args.profile, "--preset", args.preset]
+    parts += ["--seeds", str(ecfg.seeds), "--points", ",".join(f"{p:g}" for p in ecfg.points)]
+    parts += ["--methods", ",".join(ecfg.methods), "--model", str(model), "--expert", str(expert)]
+    if args.oracle_model is not None:
+        parts += ["--oracle-model", str(args.oracle_model)]
+    parts += ["--out", str(out)]
+    parts += [x for item in args.experiment_overrides for x in ("--experiment-set", item)]
+    parts += [x for item in args.overrides for x in ("--set", item)]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    from simdist.config import parse_overrides
+    from simdist.runtime.deploy import resolve_model
+
+    overrides = parse_overrides(args.overrides)
+    load_task(args.task, overrides).profile(args.profile)  # a bad task or profile fails before any work
+    extra = parse_overrides(args.experiment_overrides)
+    if args.seeds is not None:
+        extra["seeds"] = args.seeds
+    if args.points is not None:
+        extra["points"] = parse_points(args.points)
+    if args.methods is not None:
+        extra["methods"] = [m.strip() for m in args.methods.split(",") if m.strip()]
+    ecfg = load_experiment_config(args.preset, extra)
+    model = resolve_model(args.task, args.model)
+    expert = args.expert or Path("runs/experts") / args.task
+    if args.oracle_model is not None:
+        resolve_model(args.task, args.oracle_model)
+    out = args.out or _next_out(Path("runs/experiments"), f"{args.task}_{args.profile}")
+    if out.exists():
+        raise ConfigError(f"--out {out} already exists: choose a new run folder")
+    result = run_experiment(
+        args.task,
+        args.profile,
+        model=model,
+        expert=expert,
+        out=out,
+        preset=args.preset,
+        config=ecfg,
+        overrides=overrides,
+        oracle_model=args.oracle_model,
+        command=_command(args, ecfg, model, expert, out),
+        log=lambda m: print(m, file=sys.stderr, flush=True),
+    )
+    from simdist.experiment.report import headline_table
+
+    print("\n".join(headline_table(result)))
+    print(f"wrote {out / 'report.md'}")
+    return 0
