@@ -89,7 +89,8 @@ def targets(result: ExperimentResult) -> dict[str, Any]:
         bool(all(b > a for a, b in zip(simdist[:-1], simdist[1:], strict=True))) if len(simdist) > 1 else None
     )
     oracle = result.mean("oracle", last)
-    out["simdist_over_oracle"] = simdist[-1] / oracle if oracle and math.isfinite(oracle) else None
+    # a ratio only means something for a positive oracle (progress in metres, success rate)
+    out["simdist_over_oracle"] = simdist[-1] / oracle if math.isfinite(oracle) and oracle > 0 else None
     out["simdist_reaches_90pct_of_oracle"] = (
         out["simdist_over_oracle"] >= 0.9 if out["simdist_over_oracle"] is not None else None
     )
@@ -237,7 +238,11 @@ def cost_table(result: ExperimentResult) -> list[str]:
         "| method | " + " | ".join(f"{p} (s)" for p in phases) + " | total (s) |",
         "|---|" + "---:|" * (len(phases) + 1),
     ]
-    for method, costs in result.costs.items():
+    order = [m for m in result.methods if m in result.costs] + [
+        m for m in result.costs if m not in result.methods
+    ]
+    for method in order:
+        costs = result.costs[method]
         cells = " | ".join(f"{costs.get(p, 0.0):.1f}" for p in phases)
         lines.append(f"| {method} | {cells} | {sum(costs.values()):.1f} |")
     return lines

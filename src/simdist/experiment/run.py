@@ -199,7 +199,7 @@ def _rl_method(run: _Run, seed: int) -> None:
     count, _, key, _ = protocol(run.cfg, ecfg.eval_episodes)
     folder = run.out / f"seed_{seed}" / "rl_finetune"
     folder.mkdir(parents=True, exist_ok=True)
-    with run.timed("rl_finetune", "setup"):
+    with run.timed("rl_finetune", "train"):
         tuner = RlFinetuner.create(
             run.cfg,
             run.profile,
