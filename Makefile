@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export MUJOCO_GL ?= egl
 
-.PHONY: setup test lint run clean
+.PHONY: setup test lint run clean models
 
 $(BIN)/simdist: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -28,3 +28,16 @@ run: setup
 
 clean:
 	rm -rf $(VENV) .pytest_cache
+
+# The shipped models: expert, corpus and world model per task with the default presets (hours on 2 cores),
+# then only the checkpoint files are copied under models/<task>/.
+TASKS ?= go2_slope go2_foam ur5e_peg
+models: setup
+	for task in $(TASKS); do \
+	  $(BIN)/simdist expert train --task $$task --preset default && \
+	  $(BIN)/simdist data generate --task $$task --preset default --out runs/data/$$task && \
+	  $(BIN)/simdist train pretrain --task $$task --data runs/data/$$task --preset default --out runs/models/$$task --no-progress && \
+	  rm -rf models/$$task && mkdir -p models/$$task && \
+	  cp -r runs/models/$$task/world_model.yaml runs/models/$$task/weights.safetensors runs/models/$$task/dynamics models/$$task/ \
+	  || exit 1; \
+	done

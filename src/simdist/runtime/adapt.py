@@ -205,7 +205,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model", type=Path, default=None, help="starting checkpoint (default: models/<task>/)"
     )
-    parser.add_argument("--out", type=Path, default=None, help="output folder (default: adapt/adapt_NN)")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default: runs/adapt/adapt_NN)")
     parser.add_argument("--planner", default="cpu")
     parser.add_argument(
         "--planner-set", dest="planner_overrides", action="append", default=[], metavar="KEY=VALUE"
@@ -236,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
     overrides = parse_overrides(args.overrides)
     load_task(args.task, overrides).profile(args.profile)  # a bad task or profile fails before any work
     model = resolve_model(args.task, args.model)
-    out = args.out or _next_out(Path("adapt"))
+    out = args.out or _next_out(Path("runs") / "adapt")
     options = FinetuneOptions(
         max_steps=args.max_steps,
         max_minutes=args.max_minutes,
