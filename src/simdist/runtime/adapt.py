@@ -218,7 +218,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-steps", type=int, default=None, help="finetuning steps per round at most")
     parser.add_argument(
-        "--max-minutes", type=float, default=None, help="finetuning wall-clock budget per round"
+        "--max-minutes",
+        type=float,
+        default=FinetuneOptions.max_minutes,
+        help="finetuning wall-clock budget per round (0: none)",
     )
     parser.add_argument("--lr", type=float, default=FinetuneOptions.lr)
     parser.add_argument("--eval-every", type=int, default=FinetuneOptions.eval_every)
@@ -239,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or _next_out(Path("runs") / "adapt")
     options = FinetuneOptions(
         max_steps=args.max_steps,
-        max_minutes=args.max_minutes,
+        max_minutes=args.max_minutes or None,
         lr=args.lr,
         eval_every=args.eval_every,
         warmup_steps=args.warmup_steps,
