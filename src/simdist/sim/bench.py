@@ -33,20 +33,18 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     rng = np.random.default_rng(0)
     substeps = env.cfg.substeps
     models, datas = env.models, env.datas
-    ctrl = [
-        rng.uniform(m.actuator_ctrlrange[:, 0], m.actuator_ctrlrange[:, 1]) * 0.0 + d.ctrl
-        for m, d in zip(models, datas, strict=True)
-    ]
+    actions = rng.uniform(-0.3, 0.3, (64, num_envs, env.action_dim)).astype(np.float32)
+    tick = [0]
 
-    def raw() -> None:  # the floor: physics alone, same models, same substeps, no Python per substep
-        for m, d, c in zip(models, datas, ctrl, strict=True):
-            d.ctrl[:] = c
+    def raw() -> None:  # the floor: the same servo targets, then physics alone (no Python per substep)
+        env.set_targets(actions[tick[0] % 64])
+        tick[0] += 1
+        for m, d in zip(models, datas, strict=True):
             mujoco.mj_step(m, d, nstep=substeps)
 
     raw_rate = _rate(raw, seconds) * num_envs  # control periods simulated per second
     env.reset(seed=0)
-    actions = rng.uniform(-0.3, 0.3, (64, num_envs, env.action_dim)).astype(np.float32)
-    tick = [0]
+    tick[0] = 0
 
     def step(e=env) -> None:
         e.step(actions[tick[0] % 64])

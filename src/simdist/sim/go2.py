@@ -84,13 +84,12 @@ class Go2Env(SimVecEnv):
             castshadow=0,
         )
         world.add_camera(name="side", pos=[0.9, -2.6, 0.9], xyaxes=[1, 0, 0, 0, 0.35, 1])
-        track = spec.body("base").add_camera(
+        spec.body("base").add_camera(
             name="track",
             pos=[0, -1.6, 0.5],
             xyaxes=[1, 0, 0, 0, 0.3, 1],
             mode=mujoco.mjtCamLight.mjCAMLIGHT_TRACKCOM,
         )
-        del track
         model = spec.compile()
         self._ground = model.geom("ground").id
         self._finish = model.site("finish").id if self.cfg.terrain.finish_m > 0 else -1

@@ -288,6 +288,7 @@ class SimVecEnv(gym.vector.VectorEnv):
         """Stack one MjData field across members (a copy)."""
         return np.stack([getattr(d, attr) for d in self.datas])
 
-    def noise(self, rng_shape: tuple[int, ...], std: float) -> np.ndarray:
-        scale = self.params["sensor_noise_scale"].reshape(-1, *([1] * (len(rng_shape) - 1)))
-        return self.np_random.normal(0.0, 1.0, rng_shape) * std * scale
+    def noise(self, shape: tuple[int, ...], std: float) -> np.ndarray:
+        """Gaussian sensor noise of `std`, scaled per member by its sensor_noise_scale."""
+        scale = self.params["sensor_noise_scale"].reshape(-1, *([1] * (len(shape) - 1)))
+        return self.np_random.normal(0.0, 1.0, shape) * std * scale
