@@ -200,7 +200,10 @@ def test_next_run_dir_picks_the_next_free_number(tmp_path: Path) -> None:
 def test_real_sigint_to_a_recording_process_leaves_a_readable_bag(tmp_path: Path) -> None:
     path = tmp_path / "run_01"
     code = (
-        "import sys, time\n"
+        "import signal, sys, time\n"
+        # a process started in the background by a non-interactive shell (as CI may) inherits SIGINT ignored;
+        # a program run from a terminal has Python's handler, which is what this test is about
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from simdist.bags import BagWriter\n"
         f"with BagWriter({str(path)!r}, robot='go2') as bag:\n"
         "    bag.start_episode(model_version='v1')\n"
