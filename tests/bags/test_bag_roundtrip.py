@@ -218,9 +218,12 @@ def test_real_sigint_to_a_recording_process_leaves_a_readable_bag(tmp_path: Path
     proc = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "recording"
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=30)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "recording"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()  # never leave a recorder running when the test fails
     assert proc.returncode != 0 and "KeyboardInterrupt" in err
     (episode,) = read_episodes(path)
     ticks = episode["proprio"][:, 0]
