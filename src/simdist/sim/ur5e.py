@@ -142,6 +142,7 @@ class PegEnv(SimVecEnv):
         # All members step through one mujoco.batch.Batch (persistent: each keeps its MjData, read back per period).
         self._batch = Batch(model, n, nthread=self._threads, persistent=True)
         self._state_spec = mujoco.mjtState.mjSTATE_INTEGRATION
+        self._ik_damping_eye = self.cfg.peg.ik_damping**2 * np.eye(6)
         return model
 
     def apply_params(self, i: int) -> None:
@@ -166,36 +167,29 @@ class PegEnv(SimVecEnv):
         """Damped least-squares joint steps towards the tool targets, batched over members.
 
         The arm's six joints are hinges, so the Jacobian columns are axis x (tip - anchor) and axis, computed from
-        MuJoCo's joint anchors and axes (world frame) without a per-member call.
+        MuJoCo's joint anchors and axes (world frame) without a per-member call. Written out element by element:
+        at the physics rate, numpy's per-call overhead on these small arrays would cost more than the physics.
         """
         r = tip[:, None, :] - anchor
         jac = np.empty((len(members), 6, 6))
-        # columns: axis x r (written out: np.cross costs more than the simulation step on these small arrays)
         jac[:, 0, :] = axis[..., 1] * r[..., 2] - axis[..., 2] * r[..., 1]
         jac[:, 1, :] = axis[..., 2] * r[..., 0] - axis[..., 0] * r[..., 2]
         jac[:, 2, :] = axis[..., 0] * r[..., 1] - axis[..., 1] * r[..., 0]
         jac[:, 3:, :] = axis.transpose(0, 2, 1)
+        # Orientation error: the skew part of T F^T, with T = yaw rotation times the tool pointing down, i.e. rows
+        # (c, s, 0), (s, -c, 0), (0, 0, -1), and F the flange rotation (sin(angle) magnitude, fine for servoing).
         c, s_ = np.cos(self.target_yaw[members]), np.sin(self.target_yaw[members])
-        target_rot = np.zeros((len(members), 3, 3))
-        target_rot[:, 0, 0], target_rot[:, 0, 1], target_rot[:, 1, 0], target_rot[:, 1, 1] = c, s_, s_, -c
-        target_rot[:, 2, 2] = -1.0  # yaw rotation times the tool pointing down
-        r_err = target_rot @ flange_rot.transpose(0, 2, 1)
-        # Rotation vector of R_err via its skew part: exact direction, sin(angle) magnitude (fine for servoing).
-        rot_err = 0.5 * np.stack(
-            [
-                r_err[:, 2, 1] - r_err[:, 1, 2],
-                r_err[:, 0, 2] - r_err[:, 2, 0],
-                r_err[:, 1, 0] - r_err[:, 0, 1],
-            ],
-            axis=1,
-        )
-        err = np.concatenate([self.target_pos[members] - tip, rot_err], axis=1)
-        lam = self.cfg.peg.ik_damping
+        f = flange_rot
+        err = np.empty((len(members), 6))
+        err[:, :3] = self.target_pos[members] - tip
+        err[:, 3] = 0.5 * (-f[:, 1, 2] - s_ * f[:, 2, 0] + c * f[:, 2, 1])
+        err[:, 4] = 0.5 * (c * f[:, 2, 0] + s_ * f[:, 2, 1] + f[:, 0, 2])
+        err[:, 5] = 0.5 * (s_ * f[:, 0, 0] - c * f[:, 0, 1] - c * f[:, 1, 0] - s_ * f[:, 1, 1])
         jac_t = jac.transpose(0, 2, 1)
         jjt = jac @ jac_t
-        jjt[:, range(6), range(6)] += lam * lam
+        jjt += self._ik_damping_eye
         dq = (jac_t @ np.linalg.solve(jjt, err[..., None]))[..., 0]
-        return np.clip(dq, -max_step, max_step)
+        return np.clip(dq, -max_step, max_step, out=dq)
 
     def reset_member(self, i: int, rng: np.random.Generator) -> None:
         pc, m, d = self.cfg.peg, self.models[i], self.datas[i]
@@ -250,16 +244,13 @@ class PegEnv(SimVecEnv):
         lag = self.params["servo_lag"]
         alpha = (self.cfg.physics_dt / (lag + self.cfg.physics_dt))[:, None]  # first-order servo lag
         members = np.arange(self.num_envs)
+        # live views into the batch: refreshed by every step, sliced once
+        arm_q, arm_anchor, arm_axis = qpos[:, :6], anchor[:, :6], axis[:, :6]
+        tip, flange_rot = site_pos[:, self._tip], site_rot[:, self._flange].reshape(-1, 3, 3)
         for _ in range(self.cfg.substeps):
-            dq = self._ik_steps(
-                members,
-                anchor[:, :6],
-                axis[:, :6],
-                site_pos[:, self._tip],
-                site_rot[:, self._flange].reshape(-1, 3, 3),
-            )
-            self.joint_target[:] = np.clip(qpos[:, :6] + dq, self._ctrl_low, self._ctrl_high)
-            ctrl[:] += alpha * (self.joint_target - ctrl)
+            dq = self._ik_steps(members, arm_anchor, arm_axis, tip, flange_rot)
+            np.clip(arm_q + dq, self._ctrl_low, self._ctrl_high, out=self.joint_target)
+            ctrl += alpha * (self.joint_target - ctrl)
             batch.step()
         for i, d in enumerate(self.datas):
             batch.get_data(i, d)
