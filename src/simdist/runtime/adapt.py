@@ -161,6 +161,8 @@ def adapt(
     )
     metric, value, _ = evaluate_on_robot(task, profile, store, **evaluate)  # type: ignore[arg-type]
     rows = [RoundResult(0, 0.0, metric, value, None, store.label, None)]
+    if print_table is not None:  # the starting point at once: a round takes minutes
+        print_table(_table(rows, title))
     bags: list[Path] = []
     for r in range(1, rounds + 1):
         result = run_deploy(
