@@ -184,7 +184,9 @@ class UR5eRobot:
             raise ValueError(f"UR5e servoL takes 6 finite values (x, y, z, rx, ry, rz), got {p}")
         ok = control.servoL(p, 0.0, 0.0, 1.0 / self.control_hz, self.lookahead_time, self.gain)
         if ok is False:
-            raise RobotConnectionError("UR5e rejected servoL (protective stop, or the control script stopped)")
+            raise RobotConnectionError(
+                "UR5e rejected servoL (protective stop, or the control script stopped)"
+            )
         self._servoing = True
 
     def hold(self) -> None:
