@@ -98,30 +98,15 @@ class PegEnv(SimVecEnv):
                 contype=1,
                 conaffinity=1,
             )
-        spec.add_sensor(
-            name="ft_force",
-            type=mujoco.mjtSensor.mjSENS_FORCE,
-            objtype=mujoco.mjtObj.mjOBJ_SITE,
-            objname="ft",
-        )
-        spec.add_sensor(
-            name="ft_torque",
-            type=mujoco.mjtSensor.mjSENS_TORQUE,
-            objtype=mujoco.mjtObj.mjOBJ_SITE,
-            objname="ft",
-        )
-        spec.add_sensor(
-            name="tool_linvel",
-            type=mujoco.mjtSensor.mjSENS_FRAMELINVEL,
-            objtype=mujoco.mjtObj.mjOBJ_SITE,
-            objname="flange",
-        )
-        spec.add_sensor(
-            name="tool_angvel",
-            type=mujoco.mjtSensor.mjSENS_FRAMEANGVEL,
-            objtype=mujoco.mjtObj.mjOBJ_SITE,
-            objname="flange",
-        )
+        # sensordata layout read by _state: wrench (force, torque) at 0:6, tool twist (linear, angular) at 6:12
+        sensor = mujoco.mjtSensor
+        for name, kind, site in (
+            ("ft_force", sensor.mjSENS_FORCE, "ft"),
+            ("ft_torque", sensor.mjSENS_TORQUE, "ft"),
+            ("tool_linvel", sensor.mjSENS_FRAMELINVEL, "flange"),
+            ("tool_angvel", sensor.mjSENS_FRAMEANGVEL, "flange"),
+        ):
+            spec.add_sensor(name=name, type=kind, objtype=mujoco.mjtObj.mjOBJ_SITE, objname=site)
         model = spec.compile()
         self._peg_geom = model.geom("peg").id
         self._peg_body = model.body("peg").id
