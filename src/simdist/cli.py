@@ -58,13 +58,13 @@ def add_task_arguments(parser: argparse.ArgumentParser, *, profile: bool = True)
         parser.add_argument(
             "--profile", default="sim", help="dynamics profile (sim, or a real-world emulation)"
         )
+    add_overrides_argument(parser)
+
+
+def add_overrides_argument(parser: argparse.ArgumentParser, help: str = "override any YAML value") -> None:
+    """`--set KEY=VALUE` (repeatable) into `args.overrides`, parsed by simdist.config.parse_overrides."""
     parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override any YAML value",
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help
     )
 
 

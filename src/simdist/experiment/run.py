@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from simdist.cli import add_overrides_argument
 from simdist.errors import ConfigError
 from simdist.experiment.config import (
     ExperimentConfig,
@@ -455,7 +456,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="override a preset value, e.g. finetune.max_steps=2000",
     )
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    add_overrides_argument(parser)
 
 
 def _next_out(root: Path, stem: str) -> Path:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from simdist.cli import add_overrides_argument
 from simdist.runtime.deploy import DeployLoop, resolve_model, run_deploy
 from simdist.runtime.finetune import FinetuneOptions
 from simdist.runtime.store import ModelStore
@@ -230,7 +231,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup-steps", type=int, default=FinetuneOptions.warmup_steps)
     parser.add_argument("--val-fraction", type=float, default=FinetuneOptions.val_fraction)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    add_overrides_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from simdist.bags.writer import BagWriter, next_run_dir
+from simdist.cli import add_overrides_argument
 from simdist.errors import CheckpointError, ConfigError
 from simdist.hardware.safety import SafetyFilter
 from simdist.plan.config import load_planner_config, task_action_limits
@@ -257,14 +258,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--safety", action="store_true", help="sim robots too: joint targets through the safety filter"
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override any task YAML value (e.g. profiles.ptfe.friction=0.07)",
-    )
+    add_overrides_argument(parser, help="override any task YAML value (e.g. profiles.ptfe.friction=0.07)")
 
 
 def resolve_model(task: str, model: Path | None) -> Path:

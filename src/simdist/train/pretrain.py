@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from simdist.cli import add_overrides_argument
 from simdist.config import parse_overrides
 from simdist.data.dataset import ShardDataset
 from simdist.data.windows import WindowSampler, split_episodes
@@ -41,14 +42,7 @@ def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-progress", action="store_true", help="no progress bar (logs still go to TensorBoard)"
     )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="e.g. train.steps=100",
-    )
+    add_overrides_argument(parser, help="e.g. train.steps=100")
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
