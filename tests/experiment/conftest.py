@@ -6,12 +6,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from experiment_setup import OVERRIDES, PROFILE, TASK
 
 torch.set_num_threads(1)
-
-TASK, PROFILE = "go2_slope", "ptfe"
-# Half-second episodes: a few dozen steps each, so one point of 0.1 min (300 steps) spans several episodes.
-OVERRIDES = {"episode_seconds": 0.5}
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import OVERRIDES, PROFILE, TASK
+from experiment_setup import OVERRIDES, PROFILE, TASK
 from safetensors.torch import load_file
 
 from simdist.cli import main

@@ -26,7 +26,6 @@ from simdist.runtime.scratch import write_random_checkpoint  # noqa: E402
 
 torch.set_num_threads(1)
 
-FAST_PLANNER = {"num_samples": 8, "num_policy_samples": 2, "iterations": 1, "elites": 4}
 
 # rclpy's setters: Python type of a scalar, array.array typecode of an unbounded sequence, numpy dtype of a fixed array.
 _PRIMITIVES: dict[str, tuple[type, str, Any]] = {

@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import FAST_PLANNER, StrictMessages
+from conftest import StrictMessages
+from fast_planner import FAST_PLANNER
 from simdist_nodes.bag_logger import TickLogger
 from simdist_nodes.planner_io import RemoteActuator, TickPublisher, TopicRobot, joint_names_for
 from simdist_nodes.robot_bridge import RobotBridge

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FAST_PLANNER
+from fast_planner import FAST_PLANNER
 
 from simdist.errors import BagError
 from simdist.model.checkpoint import current_version

@@ -12,9 +12,6 @@ from simdist.runtime.scratch import write_random_checkpoint
 
 torch.set_num_threads(1)
 
-# A planner that costs a few ms per tick with the tiny model.
-FAST_PLANNER = {"num_samples": 8, "num_policy_samples": 2, "iterations": 1, "elites": 4}
-
 
 @pytest.fixture(scope="session")
 def _templates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import FAST_PLANNER
+from fast_planner import FAST_PLANNER
 
 from simdist.hardware.sim_robot import SimRobot
 from simdist.hardware.ur5e import UR5eRobot, quaternion_to_rotvec, rotvec_to_quaternion

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import FAST_PLANNER
+from fast_planner import FAST_PLANNER
 
 from simdist.cli import main
 from simdist.model.checkpoint import current_version

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import FAST_PLANNER
+from fast_planner import FAST_PLANNER
 
 from simdist.bags import read_episodes, read_topics, schema
 from simdist.runtime.deploy import run_deploy

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import FAST_PLANNER
+from fast_planner import FAST_PLANNER
 
 from simdist.bags import schema
 from simdist.data.dataset import InMemoryEpisodes

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import FAST_PLANNER
+from fast_planner import FAST_PLANNER
 
 from simdist.bags import read_episodes
 from simdist.model.checkpoint import current_version, list_versions, load_checkpoint, publish_dynamics
