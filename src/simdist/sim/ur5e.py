@@ -5,11 +5,13 @@ position (3, from the tool pose), flange quaternion (4, w >= 0), tool linear and
 wrench (6, N and N m). Command (4): the hole's estimated top-centre position (3) and yaw (1), the true pose plus a
 per-episode bias as a camera-based estimate would give. Action (4): relative tool deltas (x, y, z, yaw) per 10 Hz
 step, scaled by peg.action_scale_m / action_scale_rad, turned into joint targets by damped least-squares IK at every
-physics step (the real arm's 500 Hz servo rate).
+physics step (the real arm's 500 Hz servo rate). That servo runs in C (peg_servo.c, built at first use by
+simdist.sim.native), or in numpy where no C compiler is available.
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
 
 import mujoco
@@ -17,6 +19,7 @@ import numpy as np
 from mujoco.batch import Batch
 
 from simdist.paths import assets_dir
+from simdist.sim import native
 from simdist.sim.vec_env import Obs, SimVecEnv
 
 HOME = np.array([-1.5708, -1.5708, 1.5708, -1.5708, -1.5708, 0.0])
@@ -31,6 +34,43 @@ PRIVILEGED_PARAMS = (
     "servo_lag",
 )
 MAX_JOINT_STEP = 0.05  # rad: the furthest a servo target leads the measured joint (bounds speed and force)
+START_IK_ITERATIONS, START_IK_MAX_STEP = (
+    100,
+    0.2,
+)  # the start pose's IK (kinematics only): steps, rad per step
+
+
+def _native_servo() -> ctypes.CDLL | None:
+    """peg_servo.c (IK, servo lag and mj_step for all members; the start-pose IK), or None: use the numpy path."""
+    lib = native.load("peg_servo")
+    if lib is None:
+        return None
+    i32, f64, ptr, ptrs = ctypes.c_int, ctypes.c_double, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)
+    arr = np.ctypeslib.ndpointer(np.float64, flags="C_CONTIGUOUS")
+    out = np.ctypeslib.ndpointer(np.float64, flags=("C_CONTIGUOUS", "WRITEABLE"))
+    # n, models, datas, substeps, nthread, tip_site, flange_site, target_pos, target_yaw, alpha, damping, max_step,
+    # ctrl_low, ctrl_high, joint_target
+    lib.peg_servo_period.argtypes = (
+        i32,
+        ptrs,
+        ptrs,
+        i32,
+        i32,
+        i32,
+        i32,
+        arr,
+        arr,
+        arr,
+        f64,
+        f64,
+        arr,
+        arr,
+        out,
+    )
+    # model, data, member, iterations, tip_site, flange_site, target_pos, target_yaw, damping, max_step
+    lib.peg_servo_start_pose.argtypes = (ptr, ptr, i32, i32, i32, i32, arr, arr, f64, f64)
+    lib.peg_servo_period.restype = lib.peg_servo_start_pose.restype = None
+    return lib
 
 
 class PegEnv(SimVecEnv):
@@ -124,9 +164,10 @@ class PegEnv(SimVecEnv):
         self.target_yaw = np.zeros(n)
         self.joint_target = np.zeros((n, 6))
         self.success = np.zeros(n, dtype=bool)
-        # All members step through one mujoco.batch.Batch (persistent: each keeps its MjData, read back per period).
-        self._batch = Batch(model, n, nthread=self._threads, persistent=True)
-        self._state_spec = mujoco.mjtState.mjSTATE_INTEGRATION
+        self._servo = _native_servo()
+        # Without it, all members step through one mujoco.batch.Batch (persistent: each keeps its MjData, read
+        # back per period) and the IK runs in numpy, batched over members.
+        self._batch = None if self._servo else Batch(model, n, nthread=self._threads, persistent=True)
         self._ik_damping_eye = self.cfg.peg.ik_damping**2 * np.eye(6)
         return model
 
@@ -154,6 +195,7 @@ class PegEnv(SimVecEnv):
         The arm's six joints are hinges, so the Jacobian columns are axis x (tip - anchor) and axis, computed from
         MuJoCo's joint anchors and axes (world frame) without a per-member call. Written out element by element:
         at the physics rate, numpy's per-call overhead on these small arrays would cost more than the physics.
+        peg_servo.c does the same per member; this is its numpy fallback.
         """
         r = tip[:, None, :] - anchor
         jac = np.empty((len(members), 6, 6))
@@ -177,7 +219,7 @@ class PegEnv(SimVecEnv):
         return np.clip(dq, -max_step, max_step, out=dq)
 
     def reset_member(self, i: int, rng: np.random.Generator) -> None:
-        pc, m, d = self.cfg.peg, self.models[i], self.datas[i]
+        pc, d = self.cfg.peg, self.datas[i]
         r = pc.ranges[pc.range_name]
         x, y, z = pc.hole_center
         yaw = rng.uniform(-pc.hole_yaw_range, pc.hole_yaw_range)
@@ -192,7 +234,30 @@ class PegEnv(SimVecEnv):
         )
         self.target_pos[i], self.target_yaw[i] = start, yaw + rng.uniform(-0.05, 0.05)
         d.qpos[:6] = HOME
-        for _ in range(100):  # solve the start configuration by IK (kinematics only)
+        self._solve_start_pose(i)
+        d.qvel[:] = 0.0
+        d.ctrl[:] = d.qpos[:6]
+        self.joint_target[i] = d.qpos[:6]
+        self.success[i] = False
+
+    def _solve_start_pose(self, i: int) -> None:
+        """Move member i's arm onto its tool target by IK on kinematics alone (no dynamics)."""
+        m, d = self.models[i], self.datas[i]
+        if self._servo is not None:
+            self._servo.peg_servo_start_pose(
+                m._address,
+                d._address,
+                i,
+                START_IK_ITERATIONS,
+                self._tip,
+                self._flange,
+                self.target_pos,
+                self.target_yaw,
+                self.cfg.peg.ik_damping,
+                START_IK_MAX_STEP,
+            )
+            return
+        for _ in range(START_IK_ITERATIONS):
             mujoco.mj_kinematics(m, d)
             d.qpos[:6] += self._ik_steps(
                 np.array([i]),
@@ -200,12 +265,8 @@ class PegEnv(SimVecEnv):
                 d.xaxis[None, :6],
                 d.site_xpos[None, self._tip],
                 d.site_xmat[None, self._flange].reshape(1, 3, 3),
-                max_step=0.2,
+                max_step=START_IK_MAX_STEP,
             )[0]
-        d.qvel[:] = 0.0
-        d.ctrl[:] = d.qpos[:6]
-        self.joint_target[i] = d.qpos[:6]
-        self.success[i] = False
 
     def set_targets(self, actions: np.ndarray) -> None:
         pc = self.cfg.peg
@@ -217,17 +278,41 @@ class PegEnv(SimVecEnv):
         np.clip(self.target_pos, low, high, out=self.target_pos)
 
     def simulate(self) -> None:
-        """One control period: IK and servo-lag update at every physics step, all members stepped as one batch."""
+        """One control period: IK and servo-lag update at every physics step (the arm's 500 Hz servo rate)."""
+        dt = self.cfg.physics_dt
+        alpha = dt / (self.params["servo_lag"] + dt)  # first-order servo lag
+        if self._servo is None:
+            self._simulate_numpy(alpha[:, None])
+            return
+        n, pointers = self.num_envs, ctypes.c_void_p * self.num_envs
+        self._servo.peg_servo_period(
+            n,
+            pointers(*(m._address for m in self.models)),
+            pointers(*(d._address for d in self.datas)),
+            self.cfg.substeps,
+            self._threads,
+            self._tip,
+            self._flange,
+            self.target_pos,
+            self.target_yaw,
+            alpha,
+            self.cfg.peg.ik_damping,
+            MAX_JOINT_STEP,
+            self._ctrl_low,
+            self._ctrl_high,
+            self.joint_target,
+        )
+
+    def _simulate_numpy(self, alpha: np.ndarray) -> None:
+        """simulate() without the C servo: the same steps, all members stepped as one batch."""
         batch, state = self._batch, self._batch.state
         for i, (m, d) in enumerate(zip(self.models, self.datas, strict=True)):
-            mujoco.mj_getState(m, d, state[i], self._state_spec)
+            mujoco.mj_getState(m, d, state[i], mujoco.mjtState.mjSTATE_INTEGRATION)
         batch.set_models(self.models)  # parameters may have changed at resets
         batch.forward(stage=mujoco.mjtStage.mjSTAGE_POS)
         qpos, ctrl = batch.bind("qpos"), batch.bind("ctrl")
         anchor, axis = batch.bind("xanchor"), batch.bind("xaxis")
         site_pos, site_rot = batch.bind("site_xpos"), batch.bind("site_xmat")
-        lag = self.params["servo_lag"]
-        alpha = (self.cfg.physics_dt / (lag + self.cfg.physics_dt))[:, None]  # first-order servo lag
         members = np.arange(self.num_envs)
         # live views into the batch: refreshed by every step, sliced once
         arm_q, arm_anchor, arm_axis = qpos[:, :6], anchor[:, :6], axis[:, :6]
