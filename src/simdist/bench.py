@@ -26,6 +26,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ticks", type=int, default=None, help="measured control ticks (bench planner)")
     parser.add_argument("--model", default=None, metavar="DIR", help="world-model checkpoint (bench planner)")
     parser.add_argument("--breakdown", action="store_true", help="time per model part (bench planner)")
+    parser.add_argument(
+        "--quality-episodes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="closed-loop quality per config on the sim profile: N episodes per speed (Go2) or N (peg); needs --model",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 

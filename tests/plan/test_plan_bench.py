@@ -43,3 +43,30 @@ def test_a_tiny_run_reports_every_number_the_summary_prints() -> None:
     }
     text = plan_bench.summary(report)
     assert "RANDOM weights" in text and "dynamics" in text and "cpu" in text
+
+
+def test_quality_runs_each_config_on_the_same_sim_episodes(tmp_path) -> None:
+    from fast_planner import FAST_PLANNER
+
+    from simdist.runtime.scratch import write_random_checkpoint
+
+    model_dir = write_random_checkpoint(tmp_path / "model", "ur5e_peg")
+    same = {**FAST_PLANNER, "budget_ms": None}  # no deadline: lockstep runs are then exactly reproducible
+    result = plan_bench.quality("ur5e_peg", str(model_dir), {"cpu": same, "gpu": same}, episodes=1)
+    assert set(result) == {"cpu", "gpu"}
+    for entry in result.values():
+        assert entry["metric"] == "success rate" and entry["episodes"] == 1
+        assert entry["value"] in (0.0, 1.0)
+        assert 0.0 <= entry["mean_dist_xy_m"] < 0.5
+    # the same config on the same episodes again: the same outcome, to the last bit
+    again = plan_bench.quality("ur5e_peg", str(model_dir), {"cpu": same}, episodes=1)["cpu"]
+    assert again["mean_dist_xy_m"] == result["cpu"]["mean_dist_xy_m"]
+    assert again["mean_depth_m"] == result["cpu"]["mean_depth_m"]
+
+
+def test_quality_without_a_trained_model_is_a_one_line_error(capsys) -> None:
+    from simdist.cli import main
+
+    assert main(["bench", "planner", "--task", "go2_slope", "--ticks", "1", "--quality-episodes", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--quality-episodes needs a trained model (--model DIR)" in err[0]

@@ -247,3 +247,46 @@ def test_nan_everywhere_never_returns_nan() -> None:
     for elapsed in (1, 2):
         plan = tick(planner, model, elapsed_steps=elapsed, prev_action=torch.tensor([float("nan"), 0.0]))
         assert bool(torch.isfinite(plan.actions).all()) and plan.stats.fallback == "hold"
+
+
+class FakeClock:
+    """perf_counter for the planner module: advances only when the model is evaluated (10 ms per call)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+class Slow(PointMass):
+    def __init__(self, clock: FakeClock, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.clock = clock
+
+    def predict(self, ctx, actions):
+        self.clock.now += 0.010
+        return super().predict(ctx, actions)
+
+
+@pytest.mark.parametrize(("budget", "expected"), [(None, 5), (1000.0, 5), (25.0, 2), (1.0, 1)])
+def test_budget_stops_iterating_before_the_deadline(monkeypatch, budget, expected) -> None:
+    from simdist.plan import mppi
+
+    clock = FakeClock()
+    monkeypatch.setattr(mppi.time, "perf_counter", clock.perf_counter)
+    model = Slow(clock, horizon=4)
+    planner = Planner(model, config(iterations=5, budget_ms=budget), limits=ActionLimits(-3.0, 3.0))
+    plan = tick(planner, model)
+    # 10 ms per iteration: another one starts only if it would end within the budget; the first always runs
+    assert plan.stats.iterations == expected
+    assert ("budget" in plan.stats.flags) == (expected < 5)
+    assert bool(torch.isfinite(plan.actions).all()) and plan.stats.fallback is None
+    # the cut plan is the same as a plan configured with that many iterations from the start
+    clock_free = Planner(PointMass(horizon=4), config(iterations=expected), limits=ActionLimits(-3.0, 3.0))
+    assert torch.equal(tick(clock_free, PointMass(horizon=4)).actions, plan.actions)
+
+
+def test_budget_must_be_positive() -> None:
+    with pytest.raises(ConfigError, match="budget_ms"):
+        config(budget_ms=0.0)

@@ -109,7 +109,7 @@ def measure(
     planner = Planner(model, config, limits=task_action_limits(settings), seed=0)
     inputs = _inputs(model)
     total, context, cpu = [], [], []
-    fallbacks = 0
+    fallbacks, iterations = 0, []
     own0, busy0, wall0 = sum(os.times()[:2]), _busy_ticks(), time.perf_counter()
     for i in range(warmup + ticks):
         if i == warmup:
@@ -126,6 +126,7 @@ def measure(
             cpu.append(1e3 * (cpu_end - cpu_start))
             context.append(1e3 * (mid - start))
             fallbacks += plan.stats.fallback is not None
+            iterations.append(plan.stats.iterations)
     wall = time.perf_counter() - wall0
     hz = os.sysconf("SC_CLK_TCK")
     other = (_busy_ticks() - busy0) / hz - (sum(os.times()[:2]) - own0)
@@ -145,6 +146,8 @@ def measure(
         "missed_deadlines": sum(t > period for t in total) / ticks,
         "samples_per_tick": evaluated,
         "iterations": config.iterations,
+        "iterations_mean": statistics.fmean(iterations),  # fewer than configured where the budget cut a tick
+        "budget_ms": config.budget_ms,
         "threads": torch.get_num_threads(),
         "fallbacks": fallbacks,
         # CPU seconds per second used by other processes meanwhile (2.0 = both cores taken from us)
@@ -199,6 +202,44 @@ def _post(name: str, starts: dict[str, float], spent: dict[str, float]) -> Calla
     return hook
 
 
+def quality(
+    task: str,
+    model_dir: str,
+    config_overrides: dict[str, dict[str, Any]],
+    *,
+    episodes: int,
+    seed: int = 10_000,
+) -> dict[str, Any]:
+    """Closed-loop performance per planner config on the `sim` profile, the same episodes for each (lockstep:
+    the simulator waits for every plan, so a slow config is judged on its plans, not on its lateness).
+
+    Go2: forward progress (m) over the task's speeds x `episodes`; peg: success over `episodes`, with the final
+    depth and lateral distance from the hole as a finer view.
+    """
+    from simdist.runtime.adapt import evaluate_on_robot
+    from simdist.runtime.store import ModelStore
+
+    out: dict[str, Any] = {}
+    for name, overrides in config_overrides.items():
+        start = time.perf_counter()
+        metric, value, ended = evaluate_on_robot(
+            task,
+            "sim",
+            ModelStore(model_dir),
+            planner=name,
+            planner_overrides=overrides,
+            episodes=episodes,
+            seed=seed,
+        )
+        entry = {"metric": metric, "value": value, "episodes": len(ended), "seconds": time.perf_counter() - start}
+        for key in ("depth_m", "dist_xy_m", "fell"):
+            values = [float(e["metrics"][key]) for e in ended if key in e["metrics"]]
+            if values:
+                entry[f"mean_{key}"] = statistics.fmean(values)
+        out[name] = entry
+    return out
+
+
 def bench(args: argparse.Namespace) -> dict[str, Any]:
     settings = task_settings(args.task)
     name = args.config or "cpu"
@@ -229,6 +270,16 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         result["speedup_p50_vs_gpu_config"] = (
             result["configs"][BASELINE]["p50_ms"] / result["configs"][name]["p50_ms"]
         )
+    episodes = getattr(args, "quality_episodes", None)
+    if episodes:
+        if not getattr(args, "model", None):
+            raise ConfigError("--quality-episodes needs a trained model (--model DIR)")
+        per_config = {n: (overrides if n == name else {}) for n in configs}
+        result["quality"] = quality(args.task, args.model, per_config, episodes=episodes)
+        if name != BASELINE and result["quality"][BASELINE]["value"]:
+            result["quality_ratio_vs_gpu_config"] = (
+                result["quality"][name]["value"] / result["quality"][BASELINE]["value"]
+            )
     if getattr(args, "breakdown", False):
         result["profile"] = {name: profile(model, configs[name], settings, ticks=min(ticks, 100))}
     torch.set_num_threads(_DEFAULT_THREADS)
@@ -241,12 +292,12 @@ def summary(result: dict[str, Any]) -> str:
     lines = [
         f"planner tick latency, {result['task']} ({result['robot']}), {result['control_hz']} Hz = "
         f"{result['period_ms']:.0f} ms period; world model {model['source']}, {model['parameters']} parameters, {weights}",
-        f"{'config':8} {'ticks':>5} {'samples':>7} {'iters':>5} {'thr':>3} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'config':8} {'ticks':>5} {'samples':>7} {'iters':>9} {'thr':>3} {'p50 ms':>8} {'p99 ms':>8} "
         f"{'max ms':>8} {'p99/period':>10} {'missed':>7} {'ctx ms':>7} {'cpu p50/p99 ms':>15} {'other load':>10}",
     ]
     for name, r in result["configs"].items():
         lines.append(
-            f"{name:8} {r['ticks']:5d} {r['samples_per_tick']:7d} {r['iterations']:5d} {r['threads']:3d} "
+            f"{name:8} {r['ticks']:5d} {r['samples_per_tick']:7d} {r['iterations_mean']:4.1f}/{r['iterations']:<4d} {r['threads']:3d} "
             f"{r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {r['max_ms']:8.2f} {r['p99_to_period']:10.2f} "
             f"{100 * r['missed_deadlines']:6.1f}% {r['context_p50_ms']:7.2f} "
             f"{r['cpu_p50_ms']:7.2f}/{r['cpu_p99_ms']:7.2f} {r['other_load']:10.2f}"
@@ -258,7 +309,18 @@ def summary(result: dict[str, Any]) -> str:
     for name, shares in result.get("profile", {}).items():
         parts = ", ".join(f"{part} {100 * share:.0f}%" for part, share in shares.items())
         lines.append(f"profile ({name}): {parts}")
-    lines.append(f"quality: {result['quality']}")
+    quality = result["quality"]
+    if isinstance(quality, str):
+        lines.append(f"quality: {quality}")
+    else:
+        for name, q in quality.items():
+            extra = ", ".join(f"{k[5:]} {v:.3f}" for k, v in q.items() if k.startswith("mean_"))
+            lines.append(
+                f"quality ({name}, sim profile, {q['episodes']} episodes, {q['seconds']:.0f} s): "
+                f"{q['metric']} {q['value']:.3f}" + (f" ({extra})" if extra else "")
+            )
+        if "quality_ratio_vs_gpu_config" in result:
+            lines.append(f"quality of {next(iter(quality))} / gpu: {result['quality_ratio_vs_gpu_config']:.2f}")
     lines.append(
         "other load: CPU seconds per second taken by other processes meanwhile (high = wall times inflated); "
         "cpu p50/p99: this process's CPU time per tick (with one thread, about the latency on an idle machine)"

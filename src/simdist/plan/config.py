@@ -48,6 +48,10 @@ class PlannerConfig:
     keep_elites: bool = False  # carry each iteration's elites (with their scores) into the next one
     compile: bool = False  # torch.compile the model evaluation (slow first ticks)
     num_threads: int = 0  # torch intra-op threads for the planning process; 0 leaves torch's choice
+    # Anytime planning: after the first iteration, start another only if it is expected to end within this many
+    # ms of the call (the longest iteration so far as the estimate). None: always run every iteration (exactly
+    # reproducible; with a budget the number of iterations depends on the machine's speed at that moment).
+    budget_ms: float | None = None
 
     def __post_init__(self) -> None:
         checks = [
@@ -61,6 +65,7 @@ class PlannerConfig:
             (self.horizon >= 1, "horizon must be >= 1"),
             (0 < self.discount <= 1, "discount must be in (0, 1]"),
             (self.num_threads >= 0, "num_threads must be >= 0"),
+            (self.budget_ms is None or self.budget_ms > 0, "budget_ms must be > 0 (or null: no deadline)"),
         ]
         for ok, message in checks:
             if not ok:

@@ -6,6 +6,7 @@ the action bounds and rate limits, so the refitted mean (a convex combination of
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
@@ -18,7 +19,7 @@ from simdist.plan.protocol import Context, PlanningModel
 
 @dataclass(frozen=True)
 class PlanStats:
-    iterations: int
+    iterations: int  # iterations run (fewer than configured when the budget ran out: flag "budget")
     best_score: float  # best discounted return seen in the last iteration (nan after a fallback)
     warm_start: bool  # the initial mean came from the previous plan
     elapsed_steps: int
@@ -115,7 +116,7 @@ class Planner:
         if elapsed_steps < 0:
             raise ValueError(f"elapsed_steps must be >= 0, got {elapsed_steps}")
         with torch.inference_mode():
-            return self._act(ctx, command, elapsed_steps, prev_action)
+            return self._act(ctx, command, elapsed_steps, prev_action, time.perf_counter())
 
     # -- internals -------------------------------------------------------------------------------------------------
 
@@ -172,7 +173,14 @@ class Planner:
         # bounds win over the rate limit if the robot was somehow outside them
         return prev.clamp(self._low, self._high)
 
-    def _act(self, ctx: Context, command: Tensor, elapsed: int, prev_action: Tensor | None) -> Plan:
+    def _out_of_time(self, start: float, longest: float) -> bool:
+        """Would one more iteration, as long as the longest so far, end after the budget?"""
+        budget = self.config.budget_ms
+        return budget is not None and (time.perf_counter() - start + longest) * 1e3 > budget
+
+    def _act(
+        self, ctx: Context, command: Tensor, elapsed: int, prev_action: Tensor | None, start: float
+    ) -> Plan:
         cfg = self.config
         n_gauss, n_policy, horizon = cfg.num_samples, cfg.num_policy_samples, self.horizon
         flags: list[str] = []
@@ -207,7 +215,12 @@ class Planner:
 
         nonfinite = 0
         best = torch.tensor(float("nan"))
+        done, longest = 0, 0.0
         for iteration in range(cfg.iterations):
+            if iteration > 0 and self._out_of_time(start, longest):
+                flags.append("budget")
+                break
+            began = time.perf_counter()
             gauss = pool[:n_gauss]
             torch.randn(gauss.shape, generator=self._generator, out=gauss)
             gauss.mul_(std).add_(mean)
@@ -239,6 +252,8 @@ class Planner:
                 pool[n_gauss : n_gauss + cfg.elites] = elites
                 scores[n_gauss : n_gauss + cfg.elites] = top.values
                 n_extra = cfg.elites
+            done += 1
+            longest = max(longest, time.perf_counter() - began)
         if nonfinite:
             flags.append("nonfinite_scores")
         # a convex combination of feasible chunks is feasible; clip away the rounding, re-project only if a bug
@@ -249,10 +264,8 @@ class Planner:
         if not bool(
             torch.isfinite(actions).all()
         ):  # cannot happen with finite elites; never return nan anyway
-            return self._fallback(
-                policy if policy_ok else None, prev, elapsed, cfg.iterations, nonfinite, flags
-            )
-        return self._finish(actions, prev, warm, elapsed, cfg.iterations, float(best), nonfinite, None, flags)
+            return self._fallback(policy if policy_ok else None, prev, elapsed, done, nonfinite, flags)
+        return self._finish(actions, prev, warm, elapsed, done, float(best), nonfinite, None, flags)
 
     def _rate_violation(self, actions: Tensor, prev: Tensor | None) -> float:
         if self._max_delta is None:
