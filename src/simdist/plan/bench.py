@@ -231,7 +231,12 @@ def quality(
             episodes=episodes,
             seed=seed,
         )
-        entry = {"metric": metric, "value": value, "episodes": len(ended), "seconds": time.perf_counter() - start}
+        entry = {
+            "metric": metric,
+            "value": value,
+            "episodes": len(ended),
+            "seconds": time.perf_counter() - start,
+        }
         for key in ("depth_m", "dist_xy_m", "fell"):
             values = [float(e["metrics"][key]) for e in ended if key in e["metrics"]]
             if values:
@@ -320,7 +325,9 @@ def summary(result: dict[str, Any]) -> str:
                 f"{q['metric']} {q['value']:.3f}" + (f" ({extra})" if extra else "")
             )
         if "quality_ratio_vs_gpu_config" in result:
-            lines.append(f"quality of {next(iter(quality))} / gpu: {result['quality_ratio_vs_gpu_config']:.2f}")
+            lines.append(
+                f"quality of {next(iter(quality))} / gpu: {result['quality_ratio_vs_gpu_config']:.2f}"
+            )
     lines.append(
         "other load: CPU seconds per second taken by other processes meanwhile (high = wall times inflated); "
         "cpu p50/p99: this process's CPU time per tick (with one thread, about the latency on an idle machine)"
