@@ -34,10 +34,9 @@ PRIVILEGED_PARAMS = (
     "servo_lag",
 )
 MAX_JOINT_STEP = 0.05  # rad: the furthest a servo target leads the measured joint (bounds speed and force)
-START_IK_ITERATIONS, START_IK_MAX_STEP = (
-    100,
-    0.2,
-)  # the start pose's IK (kinematics only): steps, rad per step
+# the start pose's IK (kinematics only): iterations, and the largest joint step per iteration (rad)
+START_IK_ITERATIONS = 100
+START_IK_MAX_STEP = 0.2
 
 
 def _native_servo() -> ctypes.CDLL | None:
