@@ -101,18 +101,36 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def _reference_work(a: torch.Tensor, repeats: int) -> float:
+    """Seconds for a fixed piece of work (`repeats` 256 x 256 matrix products), the machine's own jitter probe."""
+    start = time.perf_counter()
+    for _ in range(repeats):
+        torch.mm(a, a)
+    return time.perf_counter() - start
+
+
 def measure(
     model: Any, config: PlannerConfig, settings: dict[str, Any], *, ticks: int, warmup: int
 ) -> dict[str, Any]:
-    """Latency of `ticks` full ticks (context + act) after `warmup` ones, in ms, and the machine's other load."""
+    """Latency of `ticks` full ticks (context + act) after `warmup` ones, in ms, and the machine's other load.
+
+    After every tick a fixed reference work about as long as a warm-up tick is timed too: its p99 / p50 is the
+    jitter of the machine itself under the same conditions (on a shared VM the cores slow down in bursts), to read
+    the planner's tail against.
+    """
     torch.set_num_threads(config.num_threads or _DEFAULT_THREADS)
     planner = Planner(model, config, limits=task_action_limits(settings), seed=0)
     inputs = _inputs(model)
-    total, context, cpu = [], [], []
+    reference = torch.rand(256, 256, generator=torch.Generator().manual_seed(0))
+    total, context, cpu, ref = [], [], [], []
+    repeats = 1
     fallbacks, iterations = 0, []
     own0, busy0, wall0 = sum(os.times()[:2]), _busy_ticks(), time.perf_counter()
     for i in range(warmup + ticks):
         if i == warmup:
+            unit = min(_reference_work(reference, 1) for _ in range(5))
+            repeats = max(1, round(statistics.median(total or [unit * 1e3]) / (1e3 * unit)))
+            total.clear()
             own0, busy0, wall0 = sum(os.times()[:2]), _busy_ticks(), time.perf_counter()
         obs_hist, act_hist, mask, obs, command = inputs[i % len(inputs)]
         cpu_start, start = time.process_time(), time.perf_counter()
@@ -121,12 +139,13 @@ def measure(
         mid = time.perf_counter()
         plan = planner.act(ctx, command)
         end, cpu_end = time.perf_counter(), time.process_time()
+        total.append(1e3 * (end - start))
         if i >= warmup:
-            total.append(1e3 * (end - start))
             cpu.append(1e3 * (cpu_end - cpu_start))
             context.append(1e3 * (mid - start))
             fallbacks += plan.stats.fallback is not None
             iterations.append(plan.stats.iterations)
+            ref.append(_reference_work(reference, repeats))
     wall = time.perf_counter() - wall0
     hz = os.sysconf("SC_CLK_TCK")
     other = (_busy_ticks() - busy0) / hz - (sum(os.times()[:2]) - own0)
@@ -143,6 +162,8 @@ def measure(
         "cpu_p50_ms": statistics.median(cpu),
         "cpu_p99_ms": _percentile(cpu, 0.99),
         "p99_to_period": _percentile(total, 0.99) / period,
+        "p99_to_p50": _percentile(total, 0.99) / statistics.median(total),
+        "machine_jitter_p99_to_p50": _percentile(ref, 0.99) / statistics.median(ref),
         "missed_deadlines": sum(t > period for t in total) / ticks,
         "samples_per_tick": evaluated,
         "iterations": config.iterations,
@@ -306,6 +327,11 @@ def summary(result: dict[str, Any]) -> str:
             f"{r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {r['max_ms']:8.2f} {r['p99_to_period']:10.2f} "
             f"{100 * r['missed_deadlines']:6.1f}% {r['context_p50_ms']:7.2f} "
             f"{r['cpu_p50_ms']:7.2f}/{r['cpu_p99_ms']:7.2f} {r['other_load']:10.2f}"
+        )
+    for name, r in result["configs"].items():
+        lines.append(
+            f"{name}: p99/p50 {r['p99_to_p50']:.2f}; the same fixed reference work timed after every tick: "
+            f"p99/p50 {r['machine_jitter_p99_to_p50']:.2f} (the machine's own jitter)"
         )
     if "speedup_p50_vs_gpu_config" in result:
         lines.append(
