@@ -164,6 +164,7 @@ class PegEnv(SimVecEnv):
         self.joint_target = np.zeros((n, 6))
         self.success = np.zeros(n, dtype=bool)
         self._servo = _native_servo()
+        self._pointers: tuple[ctypes.Array, ctypes.Array] | None = None  # C arrays of the members' model/data
         # Without it, all members step through one mujoco.batch.Batch (persistent: each keeps its MjData, read
         # back per period) and the IK runs in numpy, batched over members.
         self._batch = None if self._servo else Batch(model, n, nthread=self._threads, persistent=True)
@@ -283,11 +284,15 @@ class PegEnv(SimVecEnv):
         if self._servo is None:
             self._simulate_numpy(alpha[:, None])
             return
-        n, pointers = self.num_envs, ctypes.c_void_p * self.num_envs
+        if self._pointers is None:  # the members' MjModel/MjData live as long as the env: addresses once
+            array = ctypes.c_void_p * self.num_envs
+            self._pointers = (
+                array(*(m._address for m in self.models)),
+                array(*(d._address for d in self.datas)),
+            )
         self._servo.peg_servo_period(
-            n,
-            pointers(*(m._address for m in self.models)),
-            pointers(*(d._address for d in self.datas)),
+            self.num_envs,
+            *self._pointers,
             self.cfg.substeps,
             self._threads,
             self._tip,
