@@ -267,6 +267,9 @@ def quality(
 
 
 def bench(args: argparse.Namespace) -> dict[str, Any]:
+    episodes = getattr(args, "quality_episodes", None)
+    if episodes and not getattr(args, "model", None):  # before minutes of latency measurement
+        raise ConfigError("--quality-episodes needs a trained model (--model DIR)")
     settings = task_settings(args.task)
     name = args.config or "cpu"
     overrides = parse_overrides(getattr(args, "overrides", []) or [])
@@ -281,7 +284,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         "control_hz": settings["control_hz"],
         "period_ms": 1e3 / settings["control_hz"],
         "model": model_info,
-        "quality": "not measured: needs a trained model (--model DIR) and closed-loop rollouts",
+        "quality": "not measured (closed-loop episodes: --model DIR --quality-episodes N)",
         "cpu_count": os.cpu_count(),
         "configs": {},
     }
@@ -296,10 +299,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         result["speedup_p50_vs_gpu_config"] = (
             result["configs"][BASELINE]["p50_ms"] / result["configs"][name]["p50_ms"]
         )
-    episodes = getattr(args, "quality_episodes", None)
     if episodes:
-        if not getattr(args, "model", None):
-            raise ConfigError("--quality-episodes needs a trained model (--model DIR)")
         per_config = {n: (overrides if n == name else {}) for n in configs}
         result["quality"] = quality(args.task, args.model, per_config, episodes=episodes)
         if name != BASELINE and result["quality"][BASELINE]["value"]:
