@@ -73,6 +73,25 @@ def test_expanded_context_equals_a_context_computed_for_every_sample():
     torch.testing.assert_close(proposal, model.propose(copies, command), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("head_layers", [1, 3])
+@torch.no_grad()
+def test_last_value_only_equals_the_last_column_of_every_value(head_layers):
+    model = _model(head_layers=head_layers)
+    ctx = model.context(*_inputs(model)).expand(4)
+    actions, command = torch.randn(4, model.horizon, A), torch.randn(1, model.horizon, C)
+    latents = model.predict(ctx, actions)
+    rewards, values = model.score(ctx, latents, actions, command)
+    r_last, v_last = model.score(ctx, latents, actions, command, last_value_only=True)
+    assert v_last.shape == (4, 1)
+    torch.testing.assert_close(r_last, rewards, rtol=0, atol=0)
+    torch.testing.assert_close(v_last[:, 0], values[:, -1], rtol=1e-5, atol=1e-5)
+    # the shortcut really skips work: the value at the last step depends on every latent (bidirectional)
+    changed = latents.clone()
+    changed[:, 0] += 1.0
+    _, v_changed = model.score(ctx, changed, actions, command, last_value_only=True)
+    assert (v_changed - v_last).abs().min() > 1e-6
+
+
 @torch.no_grad()
 def test_inputs_and_outputs_are_raw_units():
     model = _model()

@@ -38,7 +38,12 @@ class PointMass:
         return ctx.start[:, None, :] + self.dt * actions.cumsum(dim=1)
 
     def score(
-        self, ctx: PointContext, latents: Tensor, actions: Tensor, command: Tensor
+        self,
+        ctx: PointContext,
+        latents: Tensor,
+        actions: Tensor,
+        command: Tensor,
+        last_value_only: bool = False,
     ) -> tuple[Tensor, Tensor]:
         miss = (latents - command).square().sum(-1)
         return -miss - self.effort * actions.square().sum(-1), -self.terminal * miss

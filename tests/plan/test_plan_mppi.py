@@ -79,7 +79,7 @@ class Constant:
     def predict(self, ctx: PointContext, actions: torch.Tensor) -> torch.Tensor:
         return actions
 
-    def score(self, ctx, latents, actions, command):
+    def score(self, ctx, latents, actions, command, last_value_only=False):
         ones = torch.ones(actions.shape[:2])
         return ones, self.value * ones
 
@@ -140,7 +140,7 @@ def test_same_seed_same_inputs_give_identical_actions() -> None:
 class Extreme(PointMass):
     """Rewards of huge magnitude that favour bang-bang actions outside any sensible limit."""
 
-    def score(self, ctx, latents, actions, command):
+    def score(self, ctx, latents, actions, command, last_value_only=False):
         sign = torch.tensor([(-1.0) ** k for k in range(self.horizon)])
         rewards = 1e30 * (actions.sum(-1) * sign)
         return rewards, torch.zeros_like(rewards)
@@ -195,8 +195,8 @@ class Broken(PointMass):
         self.bad, self.nan_policy = bad, nan_policy
         self.policy = torch.tensor([[0.9, -0.9]]).expand(4, 2)[None].clone()
 
-    def score(self, ctx, latents, actions, command):
-        rewards, values = super().score(ctx, latents, actions, command)
+    def score(self, ctx, latents, actions, command, last_value_only=False):
+        rewards, values = super().score(ctx, latents, actions, command, last_value_only)
         return torch.where(self.bad(actions)[:, None], torch.nan, rewards), values
 
     def propose(self, ctx, command):
@@ -239,7 +239,7 @@ def test_nan_everywhere_never_returns_nan() -> None:
         def predict(self, ctx, actions):
             return torch.full(actions.shape, torch.nan)
 
-        def score(self, ctx, latents, actions, command):
+        def score(self, ctx, latents, actions, command, last_value_only=False):
             return torch.full(actions.shape[:2], torch.nan), torch.full(actions.shape[:2], torch.inf)
 
     model = AllNan(nan_policy=True)

@@ -31,15 +31,22 @@ class SequenceHead(nn.Module):
         self.out = nn.Linear(latent_dim, 1)
 
     def forward(
-        self, latents: torch.Tensor, command: torch.Tensor, actions: torch.Tensor | None = None
+        self,
+        latents: torch.Tensor,
+        command: torch.Tensor,
+        actions: torch.Tensor | None = None,
+        *,
+        last_only: bool = False,
     ) -> torch.Tensor:
+        """(N, T) per-step outputs, or with `last_only` the last step's alone (N, 1): the same numbers, with the
+        last block computing one query instead of T."""
         x = self.latent(latents) + self.command(command) + self.position[: latents.shape[1]]
         if self.action is not None:
             if actions is None:
                 raise ValueError("this head needs actions")
             x = x + self.action(actions)
-        for block in self.blocks:
-            x = block(x)
+        for i, block in enumerate(self.blocks):
+            x = block(x, last_only=last_only and i == len(self.blocks) - 1)
         return self.out(self.norm(x)).squeeze(-1)
 
 

@@ -32,9 +32,25 @@ class SelfAttention(nn.Module):
         )  # a key bias has zero gradient; Adam would amplify its noise
         self.out = nn.Linear(dim, dim)
 
-    def forward(self, x: torch.Tensor, *, causal: bool) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, *, causal: bool, last_only: bool = False) -> torch.Tensor:
+        """(B, N, dim) -> (B, N, dim); with `last_only` (bidirectional only) just the last token's output (B, 1, dim)."""
         b, n, d = x.shape
-        q, k, v = self.qkv(x).view(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        if last_only:  # keys and values from every token, the query from the last one alone
+            if causal:
+                raise ValueError("last_only is for bidirectional attention")
+            k, v = (
+                F.linear(x, self.qkv.weight[d:])
+                .view(b, n, 2, self.heads, d // self.heads)
+                .permute(2, 0, 3, 1, 4)
+            )
+            q = (
+                F.linear(x[:, -1:], self.qkv.weight[:d])
+                .view(b, 1, self.heads, d // self.heads)
+                .transpose(1, 2)
+            )
+            n = 1
+        else:
+            q, k, v = self.qkv(x).view(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         return self.out(y.transpose(1, 2).reshape(b, n, d))
 
@@ -110,8 +126,9 @@ class EncoderBlock(nn.Module):
         self.norm2 = nn.LayerNorm(dim)
         self.ff = FeedForward(dim, mlp_ratio)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.self_attn(self.norm1(x), causal=False)
+    def forward(self, x: torch.Tensor, *, last_only: bool = False) -> torch.Tensor:
+        """(B, N, dim) -> (B, N, dim), or with `last_only` the last token's output alone (B, 1, dim)."""
+        x = (x[:, -1:] if last_only else x) + self.self_attn(self.norm1(x), causal=False, last_only=last_only)
         return x + self.ff(self.norm2(x))
 
 

@@ -126,15 +126,26 @@ class WorldModel(nn.Module):
         return self._predict(ctx, self.normalizer.normalize("action", actions))
 
     def score(
-        self, ctx: Context, latents: torch.Tensor, actions: torch.Tensor, command: torch.Tensor
+        self,
+        ctx: Context,
+        latents: torch.Tensor,
+        actions: torch.Tensor,
+        command: torch.Tensor,
+        *,
+        last_value_only: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Predicted latents (N, T, D), raw actions (N, T, A), raw commands (N or 1, T, C) -> raw rewards, values (N, T)."""
+        """Predicted latents (N, T, D), raw actions (N, T, A), raw commands (N or 1, T, C) -> raw rewards, values (N, T).
+
+        `last_value_only`: values (N, 1), the last step's only (what the planner's score needs), for about half
+        the value head's cost.
+        """
         n = self.normalizer
         reward, value = self._score(
             ctx,
             latents,
             n.normalize("action", actions),
             n.normalize("command", command).expand(latents.shape[0], -1, -1),
+            last_value_only=last_value_only,
         )
         return n.denormalize("reward", reward), n.denormalize("value", value)
 
@@ -159,11 +170,18 @@ class WorldModel(nn.Module):
         return self.dynamics(latent, actions_n, ctx.dynamics_kv, self._mask_for(ctx, actions_n.shape[0]))
 
     def _score(
-        self, ctx: Context, latents: torch.Tensor, actions_n: torch.Tensor, command_n: torch.Tensor
+        self,
+        ctx: Context,
+        latents: torch.Tensor,
+        actions_n: torch.Tensor,
+        command_n: torch.Tensor,
+        *,
+        last_value_only: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         z_t = self._latent(ctx, latents.shape[0]).unsqueeze(1)
         reward_in = torch.cat([z_t, latents[:, :-1]], dim=1)  # reward for step t+k is scored from z_t+k
-        return self.reward(reward_in, command_n, actions_n), self.value(latents, command_n)
+        value = self.value(latents, command_n, last_only=last_value_only)
+        return self.reward(reward_in, command_n, actions_n), value
 
     def _propose(self, ctx: Context, command_n: torch.Tensor) -> torch.Tensor:
         latent = self._latent(ctx, command_n.shape[0])

@@ -155,7 +155,7 @@ class Planner:
 
     def _evaluate_eager(self, ctx: Context, actions: Tensor, command: Tensor) -> Tensor:
         latents = self.model.predict(ctx, actions)
-        rewards, values = self.model.score(ctx, latents, actions, command)
+        rewards, values = self.model.score(ctx, latents, actions, command, last_value_only=True)
         return rewards @ self._discounts + self._terminal * values[:, -1]
 
     def _previous_action(self, prev_action: Tensor | None, elapsed: int, flags: list[str]) -> Tensor | None:

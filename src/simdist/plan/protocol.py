@@ -36,8 +36,19 @@ class PlanningModel(Protocol):
         """Latents (N,T,D) after each of the actions (N,T,A); `ctx` expanded to N."""
         ...
 
-    def score(self, ctx: Context, latents: Tensor, actions: Tensor, command: Tensor) -> tuple[Tensor, Tensor]:
-        """Per-step rewards and values, (N,T) each, for latents (N,T,D), actions (N,T,A), commands (N,T,C)."""
+    def score(
+        self,
+        ctx: Context,
+        latents: Tensor,
+        actions: Tensor,
+        command: Tensor,
+        *,
+        last_value_only: bool = False,
+    ) -> tuple[Tensor, Tensor]:
+        """Per-step rewards and values, (N,T) each, for latents (N,T,D), actions (N,T,A), commands (N,T,C).
+
+        `last_value_only`: the values may be (N,1), the last step's only (a model may still return (N,T)).
+        """
         ...
 
     def propose(self, ctx: Context, command: Tensor) -> Tensor:
