@@ -72,7 +72,17 @@ def test_report_has_a_row_per_method_and_point_and_valid_plots(tiny_run) -> None
         "oracle (0.1 min)",
     }
     assert all(len(v) == 5 for v in view["latent_by_horizon"].values())  # the tiny model's horizon
-    assert set(view["slip"]["rmse_mps"]) == {"pretrained (0 min)", "simdist (0.1 min)", "oracle (0.1 min)"}
+    slip = view["slip"]
+    assert set(slip["rmse_mps"]) == {"pretrained (0 min)", "simdist (0.1 min)", "oracle (0.1 min)"}
+    assert set(slip["rmse_vs_probe_of_encoder_mps"]) == set(slip["rmse_mps"])
+    # RMS over the same steps is a norm: against the truth and against probe(E(o_t)) obey the triangle inequality
+    for name, vs_truth in slip["rmse_mps"].items():
+        vs_read = slip["rmse_vs_probe_of_encoder_mps"][name]
+        assert (
+            abs(vs_truth - slip["probe_rmse_mps"])
+            <= vs_read + 1e-9
+            <= vs_truth + slip["probe_rmse_mps"] + 2e-9
+        )
 
 
 def test_every_method_gets_exactly_the_same_real_budget(tiny_run) -> None:  # type: ignore[no-untyped-def]

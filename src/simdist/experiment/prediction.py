@@ -183,6 +183,12 @@ def find_slip(rollouts: Rollouts, *, history: int) -> tuple[int, int]:
     return best[1], best[2]
 
 
+def _rmse(values: list[np.ndarray], reference: list[np.ndarray], steps: list[np.ndarray]) -> float:
+    """Root mean square of values - reference over the chosen steps of every episode."""
+    errors = [(v[m] - r[m]) ** 2 for v, r, m in zip(values, reference, steps, strict=True)]
+    return float(np.sqrt(np.mean(np.concatenate(errors))))
+
+
 def slip_view(
     models: dict[str, WorldModel],
     probe: Probe,
@@ -205,13 +211,14 @@ def slip_view(
         for name, m in models.items()
     }
     predicted = {name: values[episode] for name, values in every.items()}
-    rmse: dict[str, float] = {}
-    for name, values in every.items():
-        errors = [
-            (p[~np.isnan(p)] - v[~np.isnan(p), 0]) ** 2
-            for p, v in zip(values, rollouts.velocity, strict=True)
-        ]
-        rmse[name] = float(np.sqrt(np.mean(np.concatenate(errors))))
+    # Two references over the same steps (t >= k): the truth, and the probe applied to the encoder's own latent of
+    # the observation, probe(E(o_t)). Against the truth the probe's error on this profile counts too; against
+    # probe(E(o_t)) only the dynamics' prediction error, seen through the probe, does.
+    truth = [v[:, 0] for v in rollouts.velocity]
+    read = [probe(encode(reference, e["proprio"]))[:, 0] for e in rollouts.episodes]
+    steps = [~np.isnan(p) for p in next(iter(every.values()))]
+    rmse = {name: _rmse(values, truth, steps) for name, values in every.items()}
+    rmse_read = {name: _rmse(values, read, steps) for name, values in every.items()}
     half = max(1, round(window_s * control_hz / 2))
     lo, hi = max(0, t_slip - half), min(len(actual), t_slip + half)
     time_s = np.arange(lo, hi) / control_hz
@@ -242,6 +249,8 @@ def slip_view(
         "slip_deficit_mps": float(rollouts.episodes[episode]["command"][t_slip, 0] - actual[t_slip]),
         "k": k,
         "rmse_mps": rmse,
+        "probe_rmse_mps": _rmse(read, truth, steps),
+        "rmse_vs_probe_of_encoder_mps": rmse_read,
         "probe_r2": probe.r2,
         "png": out.name,
     }

@@ -362,9 +362,18 @@ def _prediction_section(prediction: dict[str, Any]) -> list[str]:
             "",
             f"![slip]({slip['png']})",
             "",
-            f"| model | RMSE of probe(z_hat(t given t-{slip['k']})) vs actual v_x over all held-out steps (m/s) |",
-            "|---|---:|",
-            *[f"| {name} | {_fmt(v)} |" for name, v in slip["rmse_mps"].items()],
+            f"RMSE over all held-out steps (m/s) of probe(z_hat(t given t-{slip['k']})) against the actual v_x, and "
+            "against probe(E(o_t)), the probe applied to the encoder's latent of the actual observation: the first "
+            "includes the probe's own error on this profile, the second is the dynamics' prediction error alone, "
+            "as the probe sees it.",
+            "",
+            "| model | vs actual v_x | vs probe(E(o_t)) |",
+            "|---|---:|---:|",
+            *[
+                f"| {name} | {_fmt(v)} | {_fmt(slip.get('rmse_vs_probe_of_encoder_mps', {}).get(name))} |"
+                for name, v in slip["rmse_mps"].items()
+            ],
+            f"| probe(E(o_t)) itself | {_fmt(slip.get('probe_rmse_mps'))} | 0 |",
             "",
         ]
     return lines
