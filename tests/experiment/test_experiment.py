@@ -90,6 +90,9 @@ def test_every_method_gets_exactly_the_same_real_budget(tiny_run) -> None:  # ty
 
     result, out = tiny_run
     assert result.budget == [0, 300]  # 0.1 min x 60 s x 50 Hz
+    for row in result.rows:  # every evaluation keeps its episodes, for the noise in the targets
+        assert len(row.episodes) == 3, row  # the tiny preset: 3 speeds x 1 episode
+        assert row.performance == pytest.approx(sum(row.episodes) / 3)
     for row in result.rows:
         expected = 0 if row.method == "zero_shot" else result.budget[result.points.index(row.minutes)]
         assert row.steps == expected, row

@@ -91,11 +91,13 @@ class _Run:
             costs = self.result.costs.setdefault(method, {})
             costs[phase] = costs.get(phase, 0.0) + time.perf_counter() - start
 
-    def evaluate_model(self, folder: Path, seed: int) -> float:
+    def evaluate_model(self, folder: Path, seed: int) -> tuple[float, list[float]]:
+        """(the metric, its per-episode values) on the evaluation set of `seed`."""
         from simdist.runtime.adapt import evaluate_on_robot
         from simdist.runtime.store import ModelStore
 
-        _, value, _ = evaluate_on_robot(
+        key = protocol(self.cfg, self.ecfg.eval_episodes)[2]
+        _, value, ended = evaluate_on_robot(
             self.task,
             self.profile,
             ModelStore(folder),
@@ -105,7 +107,7 @@ class _Run:
             episodes=self.ecfg.eval_episodes,
             seed=EVAL_SEED + seed,
         )
-        return value
+        return value, [float(e["metrics"][key]) for e in ended]
 
     def heldout_error(self, folder: Path) -> float:
         from simdist.experiment.prediction import latent_error_by_horizon
@@ -123,7 +125,7 @@ def _copy_model(source: Path, dest: Path) -> Path:
 
 
 def _world_model_methods(
-    run: _Run, seed: int, lead: _Track, followers: list[_Track], zero: float | None
+    run: _Run, seed: int, lead: _Track, followers: list[_Track], zero: tuple[float, list[float]] | None
 ) -> None:
     """Collect with `lead`'s current model; finetune `lead` and every follower on all the data so far; evaluate.
 
@@ -165,10 +167,12 @@ def _world_model_methods(
                 track.note = "" if report.published else "gate refused: kept the previous version"
         for track in tracks:
             if track.steps == 0 and zero is not None:
-                value = zero  # no data yet: the starting model, already evaluated on the same episodes
+                value, episodes = (
+                    zero  # no data yet: the starting model, already evaluated on the same episodes
+                )
             else:
                 with run.timed(track.method, "evaluate"):
-                    value = run.evaluate_model(track.folder, seed)
+                    value, episodes = run.evaluate_model(track.folder, seed)
             with run.timed("prediction view", "latent error"):
                 latent = run.heldout_error(track.folder)
             result.rows.append(
@@ -179,6 +183,7 @@ def _world_model_methods(
                     steps=track.steps,
                     metric=result.metric,
                     performance=value,
+                    episodes=episodes,
                     latent_error=latent,
                     data_steps=track.data_steps,
                     version=f"v{current_version(track.folder):04d}",
@@ -218,7 +223,8 @@ def _rl_method(run: _Run, seed: int) -> None:
             with run.timed("rl_finetune", "evaluate"):
                 episodes = tuner.evaluate(run.cfg, run.profile, count, EVAL_SEED + seed)
             tuner.save_actor(folder / f"actor_{i:02d}.safetensors")
-            value = float(np.mean([e[key] for e in episodes]))
+            values = [float(e[key]) for e in episodes]
+            value = float(np.mean(values))
             result.rows.append(
                 PointResult(
                     method="rl_finetune",
@@ -227,6 +233,7 @@ def _rl_method(run: _Run, seed: int) -> None:
                     steps=tuner.env.env_steps,
                     metric=result.metric,
                     performance=value,
+                    episodes=values,
                     note=f"{iterations} PPO iterations",
                 )
             )
@@ -399,9 +406,11 @@ def run_experiment(
                     latent = run.heldout_error(model)
                 for minutes in result.points:
                     result.rows.append(
-                        PointResult("zero_shot", seed, minutes, 0, metric, zero, latent, version="v0000")
+                        PointResult(
+                            "zero_shot", seed, minutes, 0, metric, zero[0], zero[1], latent, version="v0000"
+                        )
                     )
-            run.log(f"seed {seed}, zero_shot: {zero:.3f}")
+            run.log(f"seed {seed}, zero_shot: {zero[0]:.3f}")
         lead_methods = [m for m in ("simdist", "full_finetune") if m in ecfg.methods]
         if lead_methods:
             tracks = [
