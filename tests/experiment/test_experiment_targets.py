@@ -1,4 +1,4 @@
-"""The report's targets on hand-made results: round-to-round improvement judged against the evaluation noise."""
+"""The report on hand-made results: round-to-round improvement judged against the evaluation noise, partial reports."""
 
 from __future__ import annotations
 
@@ -68,3 +68,22 @@ def test_ending_below_the_start_is_not_improving_even_within_the_noise() -> None
     t = targets(_result([0, 5], {"simdist": [[1.0] * 4 + [1.2], wide]}))
     assert t["simdist_largest_drop"] == pytest.approx(0.04)
     assert t["simdist_improves_each_round"] is False
+
+
+def test_a_partial_report_is_written_whole_and_says_so(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from simdist.experiment.report import write_outputs
+
+    result = _result([0, 5], {"zero_shot": [[1.0, 1.2], [1.0, 1.2]]})  # nothing else measured yet
+    paths = write_outputs(result, tmp_path, partial=True)
+    report = paths["report"].read_text()
+    assert report.startswith("> PARTIAL") and "2 evaluations so far" in report
+    saved = json.loads(paths["json"].read_text())
+    assert saved["partial"] is True and saved["targets"]["simdist_improves_each_round"] is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        p.name for p in paths.values()
+    )  # no temp files
+    write_outputs(result, tmp_path)
+    assert not paths["report"].read_text().startswith("> PARTIAL")
+    assert json.loads(paths["json"].read_text())["partial"] is False

@@ -185,7 +185,8 @@ def latent_by_minutes_plot(result: ExperimentResult, path: Path) -> None:
     ax.set_yscale("log")
     ax.set_title("prediction error on held-out real-profile rollouts")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    if ax.lines:  # a partial run may have no latent error yet
+        ax.legend(fontsize=7)
     fig.tight_layout()
     save_png(fig, path)
 
@@ -410,16 +411,23 @@ def _prediction_section(prediction: dict[str, Any]) -> list[str]:
     return lines
 
 
-def write_outputs(result: ExperimentResult, out: Path) -> dict[str, Path]:
-    """results.json, report.md, performance.png and latent_error_by_minutes.png in `out`."""
+def write_outputs(result: ExperimentResult, out: Path, *, partial: bool = False) -> dict[str, Path]:
+    """results.json, report.md, performance.png and latent_error_by_minutes.png in `out` (each replaced whole);
+    `partial`: the run is still going, and the report says so at the top."""
     paths = {
         "json": out / "results.json",
         "report": out / "report.md",
         "performance": out / "performance.png",
         "latent_by_minutes": out / "latent_error_by_minutes.png",
     }
-    _atomic_text(paths["json"], json.dumps(result.to_dict(), indent=1, default=str))
+    _atomic_text(paths["json"], json.dumps({**result.to_dict(), "partial": partial}, indent=1, default=str))
     performance_plot(result, paths["performance"])
     latent_by_minutes_plot(result, paths["latent_by_minutes"])
-    _atomic_text(paths["report"], markdown(result))
+    report = markdown(result)
+    if partial:
+        report = (
+            f"> PARTIAL: the run is still going ({len(result.rows)} evaluations so far); the prediction view "
+            "comes at the end.\n\n" + report
+        )
+    _atomic_text(paths["report"], report)
     return paths

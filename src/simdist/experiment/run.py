@@ -91,6 +91,13 @@ class _Run:
             costs = self.result.costs.setdefault(method, {})
             costs[phase] = costs.get(phase, 0.0) + time.perf_counter() - start
 
+    def record(self, row: PointResult, message: str) -> None:
+        """Add an evaluated point and rewrite the run folder's outputs, so that a run stopped after hours still
+        leaves every point measured so far (the report says it is partial until the end)."""
+        self.result.rows.append(row)
+        self.log(message)
+        write_outputs(self.result, self.out, partial=True)
+
     def evaluate_model(self, folder: Path, seed: int) -> tuple[float, list[float]]:
         """(the metric, its per-episode values) on the evaluation set of `seed`."""
         from simdist.runtime.adapt import evaluate_on_robot
@@ -167,15 +174,14 @@ def _world_model_methods(
                 track.note = "" if report.published else "gate refused: kept the previous version"
         for track in tracks:
             if track.steps == 0 and zero is not None:
-                value, episodes = (
-                    zero  # no data yet: the starting model, already evaluated on the same episodes
-                )
+                # no data yet: the starting model, already evaluated on the same episodes
+                value, episodes = zero
             else:
                 with run.timed(track.method, "evaluate"):
                     value, episodes = run.evaluate_model(track.folder, seed)
             with run.timed("prediction view", "latent error"):
                 latent = run.heldout_error(track.folder)
-            result.rows.append(
+            run.record(
                 PointResult(
                     method=track.method,
                     seed=seed,
@@ -188,9 +194,9 @@ def _world_model_methods(
                     data_steps=track.data_steps,
                     version=f"v{current_version(track.folder):04d}",
                     note=track.note,
-                )
+                ),
+                f"seed {seed}, {track.method} at {minutes:g} min: {value:.3f}",
             )
-            run.log(f"seed {seed}, {track.method} at {minutes:g} min: {value:.3f}")
 
 
 def _rl_method(run: _Run, seed: int) -> None:
@@ -225,7 +231,7 @@ def _rl_method(run: _Run, seed: int) -> None:
             tuner.save_actor(folder / f"actor_{i:02d}.safetensors")
             values = [float(e[key]) for e in episodes]
             value = float(np.mean(values))
-            result.rows.append(
+            run.record(
                 PointResult(
                     method="rl_finetune",
                     seed=seed,
@@ -235,9 +241,9 @@ def _rl_method(run: _Run, seed: int) -> None:
                     performance=value,
                     episodes=values,
                     note=f"{iterations} PPO iterations",
-                )
+                ),
+                f"seed {seed}, rl_finetune at {minutes:g} min: {value:.3f}",
             )
-            run.log(f"seed {seed}, rl_finetune at {minutes:g} min: {value:.3f}")
     finally:
         tuner.close()
 
@@ -411,6 +417,7 @@ def run_experiment(
                         )
                     )
             run.log(f"seed {seed}, zero_shot: {zero[0]:.3f}")
+            write_outputs(result, out, partial=True)
         lead_methods = [m for m in ("simdist", "full_finetune") if m in ecfg.methods]
         if lead_methods:
             tracks = [
