@@ -31,9 +31,8 @@ class PointResult:
     steps: int  # real-profile environment steps the method's data came from, counted where they were executed
     metric: str
     performance: float
-    episodes: list[float] = field(
-        default_factory=list
-    )  # the metric per evaluation episode (mean = performance)
+    # the metric per evaluation episode (their mean is `performance`)
+    episodes: list[float] = field(default_factory=list)
     latent_error: float | None = None  # mean held-out latent MSE on the fixed real-profile rollouts
     data_steps: int | None = None  # steps in the bags the world model was finetuned on (world-model methods)
     version: str = ""
