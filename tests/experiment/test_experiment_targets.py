@@ -87,3 +87,11 @@ def test_a_partial_report_is_written_whole_and_says_so(tmp_path) -> None:  # typ
     write_outputs(result, tmp_path)
     assert not paths["report"].read_text().startswith("> PARTIAL")
     assert json.loads(paths["json"].read_text())["partial"] is False
+
+
+def test_the_allowance_reported_is_the_one_at_the_largest_drop() -> None:
+    one_fall = [1.8, 1.8, 0.4, 1.8, 1.8]  # mean 1.52, s.e. 0.28
+    t = targets(_result([0, 5, 10], {"simdist": [one_fall, [1.3] * 5, [1.0] * 5]}))
+    assert t["simdist_largest_drop"] == pytest.approx(0.3)  # 1.3 -> 1.0, both without spread
+    assert t["simdist_drop_allowance"] == pytest.approx(0.0)  # not the 0.56 of the first pair
+    assert t["simdist_improves_each_round"] is False

@@ -107,8 +107,12 @@ def targets(result: ExperimentResult) -> dict[str, Any]:
         for a, b in zip(errors[:-1], errors[1:], strict=True)
     ]
     drops = [a - b for a, b in zip(simdist[:-1], simdist[1:], strict=True)]
-    out["simdist_largest_drop"] = max(drops) if drops and all(map(math.isfinite, drops)) else None
-    out["simdist_drop_allowance"] = max(allowances) if drops and all(e is not None for e in errors) else None
+    worst = int(np.argmax(drops)) if drops and all(map(math.isfinite, drops)) else None
+    out["simdist_largest_drop"] = drops[worst] if worst is not None else None
+    # the noise allowed at that same pair of points (each pair is judged against its own)
+    out["simdist_drop_allowance"] = (
+        allowances[worst] if worst is not None and all(e is not None for e in errors) else None
+    )
     out["simdist_improves_each_round"] = (
         bool(all(d <= a for d, a in zip(drops, allowances, strict=True)) and simdist[-1] >= simdist[0])
         if len(simdist) > 1 and all(map(math.isfinite, simdist))
