@@ -4,13 +4,14 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from simdist.errors import CheckpointError
 from simdist.experts.config import load_expert_config
 from simdist.experts.evaluate import evaluate
 from simdist.experts.policy import Expert
 from simdist.experts.train import train_expert
-from simdist.sim import load_task
+from simdist.sim import load_task, make_env
 
 
 @pytest.fixture(scope="module")
@@ -78,3 +79,30 @@ def test_scripted_peg_expert(tmp_path):
     assert returns[0] < manifest["final"]["eval_return"]  # the most degraded level is clearly worse
     expert = Expert(tmp_path)
     assert len(expert.policies) == 5
+    # the distilled actor network imitates the controller on states of the controller's own rollouts
+    network = expert.distilled()
+    assert network is not None and manifest["actor"]["file"] == "actor_distilled.safetensors"
+    assert torch.allclose(network.model.distribution.std_param, torch.tensor(0.1))
+    env = make_env("ur5e_peg", "sim", num_envs=8, seed=3, randomize=True)
+    obs, _ = env.reset(seed=3)
+    target, imitated = [], []
+    for _ in range(60):
+        target.append(expert.final.act(obs))
+        imitated.append(network.act(obs))
+        obs, *_ = env.step(target[-1])
+    target, imitated = np.concatenate(target), np.concatenate(imitated)
+    mse, var = np.mean((imitated - target) ** 2), np.var(target, axis=0).mean()
+    assert mse < 0.5 * var, f"the actor did not fit: mse {mse:.4f}, variance {var:.4f}"
+    # the RL-finetuning baseline resumes PPO from exactly that network
+    from safetensors.torch import load_file
+
+    from simdist.experiment.rl import RlFinetuner
+
+    tuner = RlFinetuner.create(
+        load_task("ur5e_peg"), "real", tmp_path, expert_preset="tiny", num_envs=2, steps_per_env=4, seed=0
+    )
+    saved = load_file(str(tmp_path / "actor_distilled.safetensors"))
+    assert all(torch.equal(tuner.actor_state()[k], v) for k, v in saved.items())
+    assert tuner.train(8) == 1 and tuner.env.env_steps == 8
+    assert not torch.equal(tuner.actor_state()["mlp.0.weight"], saved["mlp.0.weight"])
+    tuner.close()

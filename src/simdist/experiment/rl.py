@@ -1,5 +1,6 @@
 """The RL-finetuning baseline: PPO (rsl-rl OnPolicyRunner) resumed from the expert's actor and critic on the real
-profile, with exactly the real-data budget of the other methods, counted in environment steps.
+profile, with exactly the real-data budget of the other methods, counted in environment steps. A scripted expert
+(the peg's search controller) is resumed through its distilled actor network (simdist.experts.distil).
 
 The critic keeps its privileged observations (the simulator's truth), which a real robot could not give it: this
 favours the baseline. Evaluation is the task's protocol with the deterministic actor: one episode per environment,
@@ -25,6 +26,13 @@ from simdist.experts.policy import Expert, ExpertPolicy, atomic_safetensors
 from simdist.experts.rsl_env import RslVecEnv
 from simdist.sim import make_env
 from simdist.sim.config import TaskConfig
+
+
+def resumable_actor(manifest: dict[str, Any]) -> str | None:
+    """The actor file PPO resumes: a PPO expert's final policy, or a scripted expert's distilled network."""
+    if manifest["kind"] == "ppo":
+        return manifest["final"]["file"]
+    return manifest.get("actor", {}).get("file")
 
 
 class CountingVecEnv(RslVecEnv):
@@ -65,9 +73,11 @@ class RlFinetuner:
 
         expert = Expert(expert_dir)
         manifest = expert.manifest
-        if manifest["kind"] != "ppo":
+        actor_file = resumable_actor(manifest)
+        if actor_file is None:
             raise ConfigError(
-                f"rl_finetune needs a PPO expert; {expert_dir} is {manifest['kind']} (no actor network to resume)"
+                f"rl_finetune needs an actor network; {expert_dir} is a {manifest['kind']} expert without one "
+                "(train it again with `simdist expert train`)"
             )
         sizes = {k: manifest[k] for k in ("actor_hidden", "critic_hidden", "activation")}
         ecfg = load_expert_config(
@@ -81,7 +91,7 @@ class RlFinetuner:
             runner = OnPolicyRunner(
                 env, _rsl_config(ecfg, manifest["obs_groups"]), log_dir=None, device="cpu"
             )
-        runner.alg.actor.load_state_dict(load_file(str(Path(expert_dir) / manifest["final"]["file"])))
+        runner.alg.actor.load_state_dict(load_file(str(Path(expert_dir) / actor_file)))
         runner.alg.critic.load_state_dict(load_file(str(Path(expert_dir) / manifest["critic"])))
         return cls(runner, env, manifest, num_envs * steps_per_env)
 

@@ -393,13 +393,14 @@ def run_experiment(
         )
     oracle = _oracle_model(run, oracle_model) if "oracle" in ecfg.methods else None
     if "rl_finetune" in ecfg.methods:
+        from simdist.experiment.rl import resumable_actor
         from simdist.experts.policy import read_manifest
 
-        kind = read_manifest(expert)["kind"]
-        if kind != "ppo":
+        manifest = read_manifest(expert)
+        if resumable_actor(manifest) is None:
             result.skipped["rl_finetune"] = (
-                f"the {task} expert is {kind} (a privileged controller with no actor network): there is no "
-                "policy for PPO to resume"
+                f"the {task} expert is {manifest['kind']} with no actor network: there is no policy for PPO to "
+                "resume (an expert trained before actors were distilled; train it again)"
             )
     for seed in seeds:
         root = out / f"seed_{seed}"

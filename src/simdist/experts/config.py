@@ -29,7 +29,11 @@ class ExpertConfig:
     eval_episodes: int
     critic_fit_steps: int
     seed: int
-    peg_expert: str = "scripted"  # ur5e_peg: "scripted" (privileged controller) or "ppo"
+    peg_expert: str = "scripted"  # ur5e_peg: "scripted" (force-guided search on measurements) or "ppo"
+    # the scripted expert's actor network (DAgger in simulation), for the RL-finetuning baseline to resume
+    distil_rounds: int = 6
+    distil_fit_steps: int = 1000
+    distil_action_std: float = 0.1  # the Gaussian std PPO starts from
 
 
 def load_expert_config(preset: str, overrides: dict[str, Any] | None = None) -> ExpertConfig:

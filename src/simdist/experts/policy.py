@@ -1,7 +1,8 @@
 """Expert checkpoints on disk and their inference: `manifest.json` plus safetensors files, no pickle.
 
 An expert folder holds the policy at several training iterations (near-random to final), the final critic, and a
-manifest naming them. PPO experts are rsl-rl MLP models; the scripted peg expert stores its degradation levels.
+manifest naming them. PPO experts are rsl-rl MLP models; the scripted peg expert (simdist.sim.peg_search, on
+the robot's own measurements) stores its degradation levels.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from safetensors.torch import load_file, save_file
 from tensordict import TensorDict
 
 from simdist.errors import CheckpointError
+from simdist.sim.peg_search import search_action
 
 SCHEMA_VERSION = 1
 Obs = dict[str, np.ndarray]
@@ -95,24 +97,6 @@ def _load_weights(model: torch.nn.Module, path: Path) -> None:
         ) from None
 
 
-def scripted_peg_action(
-    privileged: np.ndarray, gain: float, action_scale_m: float, action_scale_rad: float
-) -> np.ndarray:
-    """The privileged peg controller on the privileged observation vector (see simdist.sim.ur5e.PegEnv.observe)."""
-    tip, quat, hole = privileged[:, 12:15], privileged[:, 15:19], privileged[:, 31:35]
-    yaw_now = np.arctan2(
-        2 * (quat[:, 0] * quat[:, 3] + quat[:, 1] * quat[:, 2]), 1 - 2 * (quat[:, 2] ** 2 + quat[:, 3] ** 2)
-    )
-    yaw_err = (yaw_now - hole[:, 3] + np.pi / 4) % (np.pi / 2) - np.pi / 4
-    rel = tip - hole[:, :3]
-    action = np.zeros((len(privileged), 4), dtype=np.float32)
-    action[:, :2] = np.clip(-rel[:, :2] / action_scale_m, -1, 1) * gain
-    action[:, 3] = np.clip(-yaw_err / action_scale_rad, -1, 1) * gain
-    aligned = (np.linalg.norm(rel[:, :2], axis=1) < 0.001) & (np.abs(yaw_err) < 0.01)
-    action[:, 2] = np.where(aligned, -gain, 0.0)
-    return action
-
-
 @dataclass
 class ExpertPolicy:
     """One policy of an expert folder (a checkpoint or the final one); `act` maps observations to actions."""
@@ -133,7 +117,7 @@ class ExpertPolicy:
                 return self.model(td).numpy()
         assert self.level is not None
         scales = self.manifest["action_scales"]
-        action = scripted_peg_action(obs["privileged"], self.level["gain"], scales[0], scales[1])
+        action = search_action(obs["proprio"], obs["command"], self.level["gain"], scales[0], scales[1])
         if self.level["noise"] > 0:
             if self.rng is None:
                 self.rng = np.random.default_rng(0)
@@ -161,6 +145,16 @@ class Expert:
         _load_weights(model, self.folder / entry["file"])
         model.eval()
         return ExpertPolicy(self.manifest, entry["name"], model=model)
+
+    def distilled(self) -> ExpertPolicy | None:
+        """A scripted expert's actor network (simdist.experts.distil), or None when it has none."""
+        entry = self.manifest.get("actor")
+        if entry is None:
+            return None
+        model = build_mlp(self.manifest, "actor")
+        _load_weights(model, self.folder / entry["file"])
+        model.eval()
+        return ExpertPolicy(self.manifest, "distilled", model=model)
 
     def reseed(self, seed: int) -> None:
         """Restart the random streams of stochastic (degraded scripted) policies."""

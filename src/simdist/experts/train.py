@@ -146,7 +146,8 @@ def train_ppo(
 
 
 def train_scripted_peg(cfg: TaskConfig, ecfg: ExpertConfig, preset: str, out: Path) -> dict[str, Any]:
-    """The privileged peg controller as expert; checkpoints are degraded versions; the critic is fitted to returns."""
+    """The force-guided search controller as expert (no privileged state); checkpoints are degraded versions;
+    the critic (on privileged observations) is fitted to Monte-Carlo returns."""
     start = time.monotonic()
     env = make_env(cfg, "sim", num_envs=ecfg.num_envs, seed=ecfg.seed, randomize=True)
     manifest = _manifest_base(cfg, ecfg, preset, env, "scripted")
@@ -195,6 +196,7 @@ def train_scripted_peg(cfg: TaskConfig, ecfg: ExpertConfig, preset: str, out: Pa
         loss.backward()
         optim.step()
     atomic_safetensors(out / "critic.safetensors", critic.state_dict())
+    manifest["actor"] = distil_scripted_actor(cfg, ecfg, manifest, final_policy, out)
     final = {
         "name": "final",
         "level": final_level,
@@ -211,6 +213,28 @@ def train_scripted_peg(cfg: TaskConfig, ecfg: ExpertConfig, preset: str, out: Pa
     )
     env.close()
     return manifest
+
+
+def distil_scripted_actor(
+    cfg: TaskConfig, ecfg: ExpertConfig, manifest: dict[str, Any], policy: ExpertPolicy, out: Path
+) -> dict[str, Any]:
+    """Fit the scripted expert's actor network (simdist.experts.distil) and save it; its manifest entry."""
+    from simdist.experts.distil import distil_actor
+
+    actor, stats = distil_actor(
+        cfg,
+        manifest,
+        policy.act,
+        num_envs=ecfg.num_envs,
+        rounds=ecfg.distil_rounds,
+        fit_steps=ecfg.distil_fit_steps,
+        action_std=ecfg.distil_action_std,
+        seed=ecfg.seed,
+    )
+    atomic_safetensors(out / "actor_distilled.safetensors", actor.state_dict())
+    quick = max(6, ecfg.eval_episodes // 10)
+    network = ExpertPolicy(manifest, "distilled", model=actor)
+    return {"file": "actor_distilled.safetensors", "eval_return": _quick_return(network, cfg, quick), **stats}
 
 
 def train_expert(

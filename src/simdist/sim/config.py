@@ -55,6 +55,7 @@ class PegConfig:
     peg_half_side: float = 0.015
     peg_half_length: float = 0.04
     clearance: float = 0.001
+    chamfer: float = 0.004  # width of the 45-degree chamfer around the opening
     hole_depth: float = 0.04
     success_depth: float = 0.025
     hole_center: list[float] = field(default_factory=lambda: [0.49, 0.13, 0.04])

@@ -20,6 +20,7 @@ from mujoco.batch import Batch
 
 from simdist.paths import assets_dir
 from simdist.sim import native
+from simdist.sim.peg_search import search_action, tool_yaw
 from simdist.sim.vec_env import Obs, SimVecEnv
 
 HOME = np.array([-1.5708, -1.5708, 1.5708, -1.5708, -1.5708, 0.0])
@@ -33,6 +34,7 @@ PRIVILEGED_PARAMS = (
     "latency_steps",
     "servo_lag",
 )
+PROPRIO_PARTS = ("joint_pos", "joint_vel", "tool_pos", "tool_quat", "tool_vel", "wrench")
 MAX_JOINT_STEP = 0.05  # rad: the furthest a servo target leads the measured joint (bounds speed and force)
 # the start pose's IK (kinematics only): iterations, and the largest joint step per iteration (rad)
 START_IK_ITERATIONS = 100
@@ -117,22 +119,25 @@ class PegEnv(SimVecEnv):
         peg.add_site(name="ft", size=[0.004])
         peg.add_site(name="peg_tip", pos=[0, 0, 2 * pc.peg_half_length], size=[0.004])
         # The hole block: four walls around a square opening, on a mocap body so its pose can change per episode.
+        # Each wall is a convex prism whose inner top edge is cut at 45 degrees (the chamfer, peg.chamfer wide):
+        # a peg within the chamfer of the opening is pushed towards the centre as it descends.
         hole = world.add_body(name="hole", mocap=True, pos=pc.hole_center)
         a = pc.peg_half_side + pc.clearance / 2  # half width of the opening
-        wall, depth = 0.03, pc.hole_depth
-        for k, (x, y, sx, sy) in enumerate(
-            [
-                (a + wall / 2, 0, wall / 2, a + wall),
-                (-a - wall / 2, 0, wall / 2, a + wall),
-                (0, a + wall / 2, a, wall / 2),
-                (0, -a - wall / 2, a, wall / 2),
-            ]
-        ):
+        wall, depth, c = 0.03, pc.hole_depth, pc.chamfer
+        # the +x wall's cross-section in (x, z), extruded along y over the outer square's half width
+        section = [(a, -depth), (a + wall, -depth), (a + wall, 0.0), (a + c, 0.0), (a, -c)]
+        half = a + wall
+        prism = [(x, y, z) for y in (-half, half) for x, z in section]
+        for k, yaw in enumerate((0.0, math.pi / 2, math.pi, -math.pi / 2)):
+            co, si = math.cos(yaw), math.sin(yaw)
+            spec.add_mesh(
+                name=f"wall{k}",
+                uservert=[v for x, y, z in prism for v in (co * x - si * y, si * x + co * y, z)],
+            )
             hole.add_geom(
                 name=f"wall{k}",
-                type=mujoco.mjtGeom.mjGEOM_BOX,
-                size=[sx, sy, depth / 2],
-                pos=[x, y, -depth / 2],
+                type=mujoco.mjtGeom.mjGEOM_MESH,
+                meshname=f"wall{k}",
                 rgba=[0.2, 0.35, 0.6, 1],
                 contype=1,
                 conaffinity=1,
@@ -349,10 +354,10 @@ class PegEnv(SimVecEnv):
     def observe(self) -> Obs:
         s = self._state()
         self._last_state = s
-        parts = ("joint_pos", "joint_vel", "tool_pos", "tool_quat", "tool_vel", "wrench")
-        clean = np.concatenate([s[k] for k in parts], axis=1)
+        clean = np.concatenate([s[k] for k in PROPRIO_PARTS], axis=1)
         noisy = np.concatenate(
-            [s[k] + self.noise(s[k].shape, self.cfg.observation_noise.get(k, 0.0)) for k in parts], axis=1
+            [s[k] + self.noise(s[k].shape, self.cfg.observation_noise.get(k, 0.0)) for k in PROPRIO_PARTS],
+            axis=1,
         )
         rel = s["tool_pos"] - self.hole_pose[:, :3]
         depth = np.clip(-rel[:, 2], 0.0, None)[:, None]
@@ -400,19 +405,11 @@ class PegEnv(SimVecEnv):
         return {"success": self.success.copy(), "depth_m": depth, "dist_xy_m": dist_xy}
 
     def scripted_action(self, gain: float = 0.5) -> np.ndarray:
-        """A privileged insertion controller (true hole pose): align x, y and yaw, then descend."""
-        rel = self._last_state["tool_pos"] - self.hole_pose[:, :3]
-        yaw_err = (self.tool_yaw() - self.hole_pose[:, 3] + math.pi / 4) % (math.pi / 2) - math.pi / 4
-        action = np.zeros((self.num_envs, 4))
-        action[:, :2] = np.clip(-rel[:, :2] / self.cfg.peg.action_scale_m, -1, 1) * gain
-        action[:, 3] = np.clip(-yaw_err / self.cfg.peg.action_scale_rad, -1, 1) * gain
-        aligned = (np.linalg.norm(rel[:, :2], axis=1) < 0.001) & (np.abs(yaw_err) < 0.01)
-        action[:, 2] = np.where(aligned, -gain, 0.0)
-        return action
+        """The force-guided search controller (simdist.sim.peg_search) on the current, noise-free measurements."""
+        s = self._last_state
+        proprio = np.concatenate([s[k] for k in PROPRIO_PARTS], axis=1)
+        pc = self.cfg.peg
+        return search_action(proprio, self.command, gain, pc.action_scale_m, pc.action_scale_rad)
 
     def tool_yaw(self) -> np.ndarray:
-        quat = self._last_state["tool_quat"]
-        return np.arctan2(
-            2 * (quat[:, 0] * quat[:, 3] + quat[:, 1] * quat[:, 2]),
-            1 - 2 * (quat[:, 2] ** 2 + quat[:, 3] ** 2),
-        )
+        return tool_yaw(self._last_state["tool_quat"])
