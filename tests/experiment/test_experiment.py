@@ -167,6 +167,8 @@ def test_config_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
         load_experiment_config("tiny", {"methods": ["simdist", "ppo"]})
     with pytest.raises(ConfigError, match="ascending"):
         parse_points("0,10,5")
+    with pytest.raises(ConfigError, match="first_seed must be >= 0"):
+        load_experiment_config("tiny", {"first_seed": -1})
     base = ["experiment", "--task", TASK, "--out", str(tmp_path / "x")]
     assert main([*base, "--profile", "nope"]) == 2
     assert "unknown profile 'nope'" in capsys.readouterr().err
@@ -183,6 +185,7 @@ def test_cli_zero_shot_run(
     out = tmp_path / "run"
     args = ["experiment", "--task", TASK, "--profile", PROFILE, "--preset", "tiny", "--methods", "zero_shot"]
     args += ["--model", str(base_model), "--expert", str(expert_dir), "--out", str(out), "--points", "0,0.05"]
+    args += ["--seeds", "1", "--first-seed", "3"]  # one seed of several, run on its own
     args += [x for k, v in OVERRIDES.items() for x in ("--set", f"{k}={v}")]
     assert main(args) == 0
     printed = capsys.readouterr().out
@@ -190,4 +193,6 @@ def test_cli_zero_shot_run(
     saved = json.loads((out / "results.json").read_text())
     assert [r["minutes"] for r in saved["rows"]] == [0.0, 0.05] and saved["budget"] == [0, 150]
     assert saved["rows"][0]["performance"] == saved["rows"][1]["performance"]  # drawn flat
+    assert {r["seed"] for r in saved["rows"]} == {3} and saved["seeds"] == [3]
     assert "simdist experiment" in (out / "report.md").read_text()  # the command that made it
+    assert "--first-seed 3" in (out / "report.md").read_text()

@@ -59,6 +59,7 @@ class ExperimentConfig:
     rl: RlConfig
     prediction: PredictionConfig
     threads: int = 1
+    first_seed: int = 0  # seeds first_seed .. first_seed + seeds - 1 (one seed per process on a larger machine)
 
     def finetune_options(self, *, trainable: str, seed: int) -> FinetuneOptions:
         """The same options for every world-model method; only what trains differs."""
@@ -72,6 +73,8 @@ def load_experiment_config(preset: str, overrides: dict[str, Any] | None = None)
         raise ConfigError(f"unknown method '{unknown[0]}' (valid: {', '.join(METHODS)})")
     if cfg.seeds < 1:
         raise ConfigError(f"seeds must be at least 1, got {cfg.seeds}")
+    if cfg.first_seed < 0:
+        raise ConfigError(f"first_seed must be >= 0, got {cfg.first_seed}")
     check_points(cfg.points)
     cfg.finetune_options(trainable="dynamics", seed=0)  # a bad finetune key fails before any work
     return cfg

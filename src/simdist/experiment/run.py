@@ -363,7 +363,7 @@ def run_experiment(
     if ecfg.threads > 0:
         torch.set_num_threads(ecfg.threads)
     out.mkdir(parents=True, exist_ok=False)
-    seeds = list(range(ecfg.seeds))
+    seeds = list(range(ecfg.first_seed, ecfg.first_seed + ecfg.seeds))
     result = ExperimentResult(
         task=task,
         profile=profile,
@@ -446,6 +446,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--profile", required=True, help="the real robot: sim:<profile> (e.g. ptfe, foam, real)"
     )
     parser.add_argument("--seeds", type=int, default=None, help="seeds (default: the preset's)")
+    parser.add_argument(
+        "--first-seed", type=int, default=None, help="number of the first seed (default 0): seeds run in parallel"
+    )
     parser.add_argument("--preset", default="default", help="config/experiment/<preset>.yaml: tiny, default")
     parser.add_argument("--points", default=None, help="minutes of real data, e.g. 0,5,10,15,30")
     parser.add_argument(
@@ -487,6 +490,8 @@ def _command(args: argparse.Namespace, ecfg: ExperimentConfig, model: Path, expe
     """The command line that reproduces this run (defaults made explicit)."""
     parts = ["simdist", "experiment", "--task", args.task, "--profile", args.profile, "--preset", args.preset]
     parts += ["--seeds", str(ecfg.seeds), "--points", ",".join(f"{p:g}" for p in ecfg.points)]
+    if ecfg.first_seed:
+        parts += ["--first-seed", str(ecfg.first_seed)]
     parts += ["--methods", ",".join(ecfg.methods), "--model", str(model), "--expert", str(expert)]
     if args.oracle_model is not None:
         parts += ["--oracle-model", str(args.oracle_model)]
@@ -505,6 +510,8 @@ def run(args: argparse.Namespace) -> int:
     extra = parse_overrides(args.experiment_overrides)
     if args.seeds is not None:
         extra["seeds"] = args.seeds
+    if args.first_seed is not None:
+        extra["first_seed"] = args.first_seed
     if args.points is not None:
         extra["points"] = parse_points(args.points)
     if args.methods is not None:
