@@ -59,7 +59,7 @@ class ExperimentConfig:
     rl: RlConfig
     prediction: PredictionConfig
     threads: int = 1
-    first_seed: int = 0  # seeds first_seed .. first_seed + seeds - 1 (one seed per process on a larger machine)
+    first_seed: int = 0  # seeds first_seed .. first_seed + seeds - 1 (one seed per process)
 
     def finetune_options(self, *, trainable: str, seed: int) -> FinetuneOptions:
         """The same options for every world-model method; only what trains differs."""

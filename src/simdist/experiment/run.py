@@ -447,7 +447,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seeds", type=int, default=None, help="seeds (default: the preset's)")
     parser.add_argument(
-        "--first-seed", type=int, default=None, help="number of the first seed (default 0): seeds run in parallel"
+        "--first-seed",
+        type=int,
+        default=None,
+        help="number of the first seed (default 0): seeds run in parallel",
     )
     parser.add_argument("--preset", default="default", help="config/experiment/<preset>.yaml: tiny, default")
     parser.add_argument("--points", default=None, help="minutes of real data, e.g. 0,5,10,15,30")
