@@ -26,6 +26,10 @@ VERBS: dict[str, tuple[str, str]] = {
         "simdist.experiment.run",
         "SimDist against baselines with the same real-data budget on sim:PROFILE",
     ),
+    "experiment-merge": (
+        "simdist.experiment.merge",
+        "one report from experiment runs made apart (seeds in parallel, the oracle on its own)",
+    ),
 }
 
 
