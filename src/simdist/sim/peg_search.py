@@ -89,9 +89,8 @@ def search_action(
     phi += g.spiral_speed * 2 * gain / np.maximum(r, g.spiral_pitch / 2)
     goal = np.stack([np.cos(phi), np.sin(phi)], 1) * (g.spiral_pitch * phi / (2 * math.pi))[:, None]
     spiral_xy = np.clip((goal - e) / action_scale_m, -0.4, 0.4)
-    press_z = np.clip(
-        g.press_gain * (force[:, 2] - g.press_n), -0.2, 0.2
-    )  # force z > 0: the surface pushes up
+    # the force's z > 0 when the surface pushes up: press until it is press_n
+    press_z = np.clip(g.press_gain * (force[:, 2] - g.press_n), -0.2, 0.2)
     # below the top
     comply_xy = np.clip(g.comply * force[:, :2], -0.3, 0.3)
     descend_z = np.where(force[:, 2] > g.push_limit_n, 0.05, -0.6 * gain)
