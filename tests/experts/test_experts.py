@@ -80,7 +80,7 @@ def test_scripted_peg_expert(tmp_path):
     expert = Expert(tmp_path)
     assert len(expert.policies) == 5
     # the distilled actor network imitates the controller on states of the controller's own rollouts
-    network = expert.distilled()
+    network = expert.network()
     assert network is not None and manifest["actor"]["file"] == "actor_distilled.safetensors"
     assert torch.allclose(network.model.distribution.std_param, torch.tensor(0.1))
     env = make_env("ur5e_peg", "sim", num_envs=8, seed=3, randomize=True)

@@ -37,10 +37,28 @@ def test_the_spiral_finds_a_hole_beyond_the_chamfer(offset):
     assert not _insert(offset, SearchGains(spiral_speed=0.0))[0]
 
 
-def test_the_controller_reads_no_privileged_state():
-    env = make_env("ur5e_peg", "sim", num_envs=3, seed=1)
-    obs, _ = env.reset(seed=1)
-    action = search_action(obs["proprio"], obs["command"], 0.5, 0.01, 0.05)
-    env.hole_pose[:, :2] += 0.01  # the truth moves, the measurements do not
-    assert np.array_equal(action, search_action(obs["proprio"], obs["command"], 0.5, 0.01, 0.05))
-    assert np.all(np.abs(action) <= 1.0) and action.dtype == np.float32
+def _measured(tip_from_estimate: tuple[float, float, float], force_on_peg: tuple[float, float, float]):
+    """(proprio, command) for one arm: tool pointing down at yaw 0, the tip placed relative to the estimate."""
+    command = np.array([[0.49, 0.13, 0.04, 0.0]])
+    proprio = np.zeros((1, 31))
+    proprio[0, 12:15] = command[0, :3] + np.asarray(tip_from_estimate)
+    proprio[0, 15:19] = [0.0, 1.0, 0.0, 0.0]  # the tool frame is the world turned upside down about x
+    # the sensor reads the force the peg exerts, in the tool frame: minus the force on it, y and z flipped
+    fx, fy, fz = force_on_peg
+    proprio[0, 25:28] = [-fx, fy, fz]
+    return proprio, command
+
+
+def test_each_phase_acts_on_the_measurements_alone():
+    act = lambda tip, force: search_action(*_measured(tip, force), 0.5, 0.01, 0.05)[0]  # noqa: E731
+    far = act(
+        (0.005, -0.004, 0.05), (0.0, 0.0, 0.0)
+    )  # free space, 6 mm off the estimate: move over it, no descent
+    assert far[0] < 0 < far[1] and far[2] == 0.0
+    near = act((0.001, 0.0, 0.05), (0.0, 0.0, 0.0))  # within 3 mm of it: descend
+    assert near[2] < 0
+    pressing = act((0.002, 0.0, 0.0), (0.0, 0.0, 30.0))  # on the surface, pressing harder than 15 N: ease off
+    assert pressing[2] > 0 and np.hypot(pressing[0], pressing[1]) > 0.05  # and keep searching
+    chamfer = act((0.003, 0.0, -0.002), (-20.0, 0.0, 20.0))  # on the chamfer, pushed towards -x: follow it
+    assert chamfer[0] < 0 and abs(chamfer[1]) < 1e-6 and chamfer[2] < 0
+    assert all(np.all(np.abs(a) <= 1.0) for a in (far, near, pressing, chamfer))

@@ -67,8 +67,9 @@ def merge(results: list[ExperimentResult], names: list[str], command: str = "") 
     costs: dict[str, dict[str, float]] = {}
     for result in results:
         for method, phases in result.costs.items():
+            bucket = costs.setdefault(method, {})
             for phase, seconds in phases.items():
-                costs.setdefault(method, {})[phase] = costs.get(method, {}).get(phase, 0.0) + seconds
+                bucket[phase] = bucket.get(phase, 0.0) + seconds
     measured = {row.method for row in rows}
     skipped = {m: why for r in results for m, why in r.skipped.items() if m not in measured}
     return ExperimentResult(

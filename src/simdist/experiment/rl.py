@@ -22,17 +22,10 @@ from safetensors.torch import load_file
 
 from simdist.errors import ConfigError
 from simdist.experts.config import load_expert_config
-from simdist.experts.policy import Expert, ExpertPolicy, atomic_safetensors
+from simdist.experts.policy import Expert, ExpertPolicy, actor_file, atomic_safetensors
 from simdist.experts.rsl_env import RslVecEnv
 from simdist.sim import make_env
 from simdist.sim.config import TaskConfig
-
-
-def resumable_actor(manifest: dict[str, Any]) -> str | None:
-    """The actor file PPO resumes: a PPO expert's final policy, or a scripted expert's distilled network."""
-    if manifest["kind"] == "ppo":
-        return manifest["final"]["file"]
-    return manifest.get("actor", {}).get("file")
 
 
 class CountingVecEnv(RslVecEnv):
@@ -73,8 +66,8 @@ class RlFinetuner:
 
         expert = Expert(expert_dir)
         manifest = expert.manifest
-        actor_file = resumable_actor(manifest)
-        if actor_file is None:
+        actor = actor_file(manifest)
+        if actor is None:
             raise ConfigError(
                 f"rl_finetune needs an actor network; {expert_dir} is a {manifest['kind']} expert without one "
                 "(train it again with `simdist expert train`)"
@@ -91,7 +84,7 @@ class RlFinetuner:
             runner = OnPolicyRunner(
                 env, _rsl_config(ecfg, manifest["obs_groups"]), log_dir=None, device="cpu"
             )
-        runner.alg.actor.load_state_dict(load_file(str(Path(expert_dir) / actor_file)))
+        runner.alg.actor.load_state_dict(load_file(str(Path(expert_dir) / actor)))
         runner.alg.critic.load_state_dict(load_file(str(Path(expert_dir) / manifest["critic"])))
         return cls(runner, env, manifest, num_envs * steps_per_env)
 

@@ -393,11 +393,10 @@ def run_experiment(
         )
     oracle = _oracle_model(run, oracle_model) if "oracle" in ecfg.methods else None
     if "rl_finetune" in ecfg.methods:
-        from simdist.experiment.rl import resumable_actor
-        from simdist.experts.policy import read_manifest
+        from simdist.experts.policy import actor_file, read_manifest
 
         manifest = read_manifest(expert)
-        if resumable_actor(manifest) is None:
+        if actor_file(manifest) is None:
             result.skipped["rl_finetune"] = (
                 f"the {task} expert is {manifest['kind']} with no actor network: there is no policy for PPO to "
                 "resume (an expert trained before actors were distilled; train it again)"

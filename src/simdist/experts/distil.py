@@ -18,6 +18,7 @@ from rsl_rl.models import MLPModel
 from tensordict import TensorDict
 
 from simdist.experts.policy import build_mlp
+from simdist.experts.rsl_env import to_tensordict
 from simdist.sim import make_env
 from simdist.sim.config import TaskConfig
 
@@ -57,12 +58,12 @@ def distil_actor(
                 action = target
             else:
                 with torch.inference_mode():
-                    action = actor(_tensordict(obs, keys)).numpy()
+                    action = actor(_actor_obs(obs, keys)).numpy()
             obs, *_ = env.step(action)
         inputs.extend(chunk)
         actor.train()
-        actor.update_normalization(_tensordict(_stack(chunk, keys), keys))
-        data = _tensordict(_stack(inputs, keys), keys)
+        actor.update_normalization(_actor_obs(_stack(chunk, keys), keys))
+        data = _actor_obs(_stack(inputs, keys), keys)
         y = torch.as_tensor(np.concatenate(labels), dtype=torch.float32)
         for _ in range(fit_steps):
             idx = torch.randint(len(y), (512,), generator=gen)
@@ -81,7 +82,5 @@ def _stack(chunks: list[dict[str, np.ndarray]], keys: list[str]) -> dict[str, np
     return {k: np.concatenate([c[k] for c in chunks]) for k in keys}
 
 
-def _tensordict(obs: dict[str, np.ndarray], keys: list[str]) -> TensorDict:
-    return TensorDict(
-        {k: torch.as_tensor(obs[k], dtype=torch.float32) for k in keys}, batch_size=[len(obs[keys[0]])]
-    )
+def _actor_obs(obs: dict[str, np.ndarray], keys: list[str]) -> TensorDict:
+    return to_tensordict({k: obs[k] for k in keys}, len(obs[keys[0]]))

@@ -53,6 +53,13 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     return manifest
 
 
+def actor_file(manifest: dict[str, Any]) -> str | None:
+    """The expert's actor network file: a PPO expert's final policy, a scripted expert's distilled network (if any)."""
+    if manifest["kind"] == "ppo":
+        return manifest["final"]["file"]
+    return manifest.get("actor", {}).get("file")
+
+
 def dummy_obs(dims: dict[str, int]) -> TensorDict:
     return TensorDict({k: torch.zeros(1, d) for k, d in dims.items()}, batch_size=[1])
 
@@ -146,15 +153,15 @@ class Expert:
         model.eval()
         return ExpertPolicy(self.manifest, entry["name"], model=model)
 
-    def distilled(self) -> ExpertPolicy | None:
-        """A scripted expert's actor network (simdist.experts.distil), or None when it has none."""
-        entry = self.manifest.get("actor")
-        if entry is None:
+    def network(self) -> ExpertPolicy | None:
+        """The actor network (`actor_file`): what PPO resumes; None for a scripted expert without one."""
+        file = actor_file(self.manifest)
+        if file is None:
             return None
         model = build_mlp(self.manifest, "actor")
-        _load_weights(model, self.folder / entry["file"])
+        _load_weights(model, self.folder / file)
         model.eval()
-        return ExpertPolicy(self.manifest, "distilled", model=model)
+        return ExpertPolicy(self.manifest, "network", model=model)
 
     def reseed(self, seed: int) -> None:
         """Restart the random streams of stochastic (degraded scripted) policies."""
