@@ -51,6 +51,11 @@ def generate_launch_description():
                 "planner", default_value="cpu", choices=["cpu", "gpu"], description="planner preset"
             ),
             DeclareLaunchArgument(
+                "rt_priority",
+                default_value="0",
+                description="SCHED_FIFO priority of the planner node's control thread (0: normal scheduling)",
+            ),
+            DeclareLaunchArgument(
                 "camera",
                 default_value="",
                 description="camera source for robot:=real (OpenCV device index or URL; empty: no camera)",
@@ -111,7 +116,15 @@ def launch_setup(context, *args, **kwargs):
             package="simdist_nodes",
             executable="planner_node",
             name="simdist_planner",
-            parameters=[{"task": task, "model_dir": model_dir, "planner": planner, "camera": use_camera}],
+            parameters=[
+                {
+                    "task": task,
+                    "model_dir": model_dir,
+                    "planner": planner,
+                    "camera": use_camera,
+                    "rt_priority": int(LaunchConfiguration("rt_priority").perform(context)),
+                }
+            ],
             output="screen",
         ),
     ]

@@ -25,6 +25,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=float, default=None, help="measurement time per variant")
     parser.add_argument("--ticks", type=int, default=None, help="measured control ticks (bench planner)")
     parser.add_argument("--model", default=None, metavar="DIR", help="world-model checkpoint (bench planner)")
+    parser.add_argument(
+        "--rt-priority",
+        type=int,
+        default=None,
+        metavar="N",
+        help="measure under SCHED_FIFO N (bench planner)",
+    )
+    parser.add_argument("--cpus", default=None, help="pin the measuring thread, e.g. 1 (bench planner)")
     parser.add_argument("--breakdown", action="store_true", help="time per model part (bench planner)")
     parser.add_argument(
         "--quality-episodes",

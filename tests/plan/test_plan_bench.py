@@ -31,6 +31,7 @@ def test_a_tiny_run_reports_every_number_the_summary_prints() -> None:
     assert result["p99_to_p50"] == pytest.approx(result["p99_ms"] / result["p50_ms"])
     assert result["p99_to_period"] == pytest.approx(result["p99_ms"] / 100.0)  # 10 Hz
     assert result["machine_jitter_p99_to_p50"] >= 1.0 and result["iterations_mean"] == 2
+    assert result["scheduling"] == "normal" and result["steal"] >= 0.0
     shares = plan_bench.profile(model, cfg, settings, ticks=2)
     assert {"dynamics", "reward", "value", "policy"} <= set(shares)
     assert abs(sum(shares.values()) - 1.0) < 1e-9
@@ -73,3 +74,24 @@ def test_quality_without_a_trained_model_is_a_one_line_error(capsys) -> None:
     assert main(["bench", "planner", "--task", "go2_slope", "--ticks", "1", "--quality-episodes", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--quality-episodes needs a trained model (--model DIR)" in err[0]
+
+
+def test_a_run_under_fifo_says_so_and_gives_the_thread_back() -> None:
+    import os
+
+    from simdist.runtime.realtime import Scheduling, current_thread_policy
+
+    if not hasattr(os, "SCHED_FIFO"):
+        pytest.skip("Linux scheduling")
+    settings = plan_bench.task_settings("ur5e")
+    torch.manual_seed(0)
+    model = WorldModel.build(settings["dims"], load_model_config("tiny")).eval()
+    cfg = PlannerConfig(4, 2, 0.05, 1, 2, 0.25, 1.0, 0.05, model.horizon, 0.99)
+    before = os.sched_getaffinity(0)
+    cpu = min(before)
+    result = plan_bench.measure(
+        model, cfg, settings, ticks=3, warmup=1, scheduling=Scheduling(priority=30, cpus=(cpu,))
+    )
+    label = result["scheduling"]
+    assert label == f"SCHED_FIFO 30, cpus {cpu}" or label.startswith("normal (bench thread")  # no right
+    assert current_thread_policy() == ("SCHED_OTHER", 0) and os.sched_getaffinity(0) == before

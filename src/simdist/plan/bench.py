@@ -22,6 +22,7 @@ from simdist.errors import ConfigError
 from simdist.paths import config_dir
 from simdist.plan.config import PlannerConfig, load_planner_config, task_action_limits
 from simdist.plan.mppi import Planner
+from simdist.runtime.realtime import Scheduling, parse_cpus, scheduled
 
 # (observation, action, command) sizes and control rates, for tasks without a YAML
 ROBOTS: dict[str, dict[str, Any]] = {
@@ -89,11 +90,12 @@ def _inputs(model: Any, count: int = 16, seed: int = 0) -> list[tuple[torch.Tens
     return out
 
 
-def _busy_ticks() -> int:
-    """Busy CPU time of the whole machine in clock ticks (every process, not just this one)."""
+def _machine_ticks() -> tuple[int, int]:
+    """Busy CPU time of the whole machine (every process, not just this one) and the hypervisor's steal, in clock
+    ticks: /proc/stat's user nice system idle iowait irq softirq steal ..."""
     with open("/proc/stat") as fh:
         fields = [int(x) for x in fh.readline().split()[1:]]
-    return sum(fields) - fields[3] - fields[4]  # minus idle and iowait
+    return sum(fields) - fields[3] - fields[4], fields[7]  # busy: minus idle and iowait (steal included)
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -110,14 +112,40 @@ def _reference_work(a: torch.Tensor, repeats: int) -> float:
 
 
 def measure(
-    model: Any, config: PlannerConfig, settings: dict[str, Any], *, ticks: int, warmup: int
+    model: Any,
+    config: PlannerConfig,
+    settings: dict[str, Any],
+    *,
+    ticks: int,
+    warmup: int,
+    scheduling: Scheduling | None = None,
 ) -> dict[str, Any]:
     """Latency of `ticks` full ticks (context + act) after `warmup` ones, in ms, and the machine's other load.
 
     After every tick a fixed reference work about as long as a warm-up tick is timed too: its p99 / p50 is the
     jitter of the machine itself under the same conditions (on a shared VM the cores slow down in bursts), to read
-    the planner's tail against.
+    the planner's tail against. `scheduling`: SCHED_FIFO priority and CPUs of this thread while it measures.
     """
+    with scheduled(scheduling or Scheduling(), "bench") as problems:
+        result = _measure(model, config, settings, ticks=ticks, warmup=warmup)
+    result["scheduling"] = _policy_label(scheduling, problems)
+    return result
+
+
+def _policy_label(scheduling: Scheduling | None, problems: list[str]) -> str:
+    if scheduling is None or not scheduling.requested:
+        return "normal"
+    if problems:
+        return "normal (" + "; ".join(problems) + ")"
+    parts = [f"SCHED_FIFO {scheduling.priority}" if scheduling.priority is not None else "normal"]
+    if scheduling.cpus is not None:
+        parts.append("cpus " + ",".join(map(str, scheduling.cpus)))
+    return ", ".join(parts)
+
+
+def _measure(
+    model: Any, config: PlannerConfig, settings: dict[str, Any], *, ticks: int, warmup: int
+) -> dict[str, Any]:
     torch.set_num_threads(config.num_threads or _DEFAULT_THREADS)
     planner = Planner(model, config, limits=task_action_limits(settings), seed=0)
     inputs = _inputs(model)
@@ -125,13 +153,13 @@ def measure(
     total, context, cpu, ref = [], [], [], []
     repeats = 1
     fallbacks, iterations = 0, []
-    own0, busy0, wall0 = sum(os.times()[:2]), _busy_ticks(), time.perf_counter()
+    own0, (busy0, steal0), wall0 = sum(os.times()[:2]), _machine_ticks(), time.perf_counter()
     for i in range(warmup + ticks):
         if i == warmup:
             unit = min(_reference_work(reference, 1) for _ in range(5))
             repeats = max(1, round(statistics.median(total or [unit * 1e3]) / (1e3 * unit)))
             total.clear()
-            own0, busy0, wall0 = sum(os.times()[:2]), _busy_ticks(), time.perf_counter()
+            own0, (busy0, steal0), wall0 = sum(os.times()[:2]), _machine_ticks(), time.perf_counter()
         obs_hist, act_hist, mask, obs, command = inputs[i % len(inputs)]
         cpu_start, start = time.process_time(), time.perf_counter()
         with torch.inference_mode():
@@ -148,7 +176,8 @@ def measure(
             ref.append(_reference_work(reference, repeats))
     wall = time.perf_counter() - wall0
     hz = os.sysconf("SC_CLK_TCK")
-    other = (_busy_ticks() - busy0) / hz - (sum(os.times()[:2]) - own0)
+    busy, steal = _machine_ticks()
+    other = (busy - busy0) / hz - (sum(os.times()[:2]) - own0)
     period = 1e3 / settings["control_hz"]
     evaluated = config.num_samples * config.iterations + config.num_policy_samples
     return {
@@ -173,6 +202,8 @@ def measure(
         "fallbacks": fallbacks,
         # CPU seconds per second used by other processes meanwhile (2.0 = both cores taken from us)
         "other_load": max(0.0, other / wall),
+        # of which the hypervisor kept the VM's cores for other guests (no priority inside the VM helps)
+        "steal": (steal - steal0) / hz / wall,
     }
 
 
@@ -274,6 +305,9 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     name = args.config or "cpu"
     overrides = parse_overrides(getattr(args, "overrides", []) or [])
     ticks = getattr(args, "ticks", None) or 500
+    scheduling = Scheduling(
+        priority=getattr(args, "rt_priority", None), cpus=parse_cpus(getattr(args, "cpus", None))
+    )
     model, model_info = _model(settings, getattr(args, "model", None))
     configs = {name: load_planner_config(name, settings["robot"], overrides)}
     if name != BASELINE:
@@ -293,7 +327,12 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         # the authors' settings take ~1 s a tick here: a short run is enough for a ratio
         n = min(ticks, BASELINE_TICKS) if baseline_only else ticks
         result["configs"][config_name] = measure(
-            model, config, settings, ticks=n, warmup=2 if baseline_only else 20
+            model,
+            config,
+            settings,
+            ticks=n,
+            warmup=2 if baseline_only else 20,
+            scheduling=None if baseline_only else scheduling,
         )
     if name != BASELINE:
         result["speedup_p50_vs_gpu_config"] = (
@@ -319,19 +358,20 @@ def summary(result: dict[str, Any]) -> str:
         f"planner tick latency, {result['task']} ({result['robot']}), {result['control_hz']} Hz = "
         f"{result['period_ms']:.0f} ms period; world model {model['source']}, {model['parameters']} parameters, {weights}",
         f"{'config':8} {'ticks':>5} {'samples':>7} {'iters':>9} {'thr':>3} {'p50 ms':>8} {'p99 ms':>8} "
-        f"{'max ms':>8} {'p99/period':>10} {'missed':>7} {'ctx ms':>7} {'cpu p50/p99 ms':>15} {'other load':>10}",
+        f"{'max ms':>8} {'p99/period':>10} {'missed':>7} {'ctx ms':>7} {'cpu p50/p99 ms':>15} {'other load':>10} "
+        f"{'steal':>5}",
     ]
     for name, r in result["configs"].items():
         lines.append(
             f"{name:8} {r['ticks']:5d} {r['samples_per_tick']:7d} {r['iterations_mean']:4.1f}/{r['iterations']:<4d} {r['threads']:3d} "
             f"{r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {r['max_ms']:8.2f} {r['p99_to_period']:10.2f} "
             f"{100 * r['missed_deadlines']:6.1f}% {r['context_p50_ms']:7.2f} "
-            f"{r['cpu_p50_ms']:7.2f}/{r['cpu_p99_ms']:7.2f} {r['other_load']:10.2f}"
+            f"{r['cpu_p50_ms']:7.2f}/{r['cpu_p99_ms']:7.2f} {r['other_load']:10.2f} {r['steal']:5.2f}"
         )
     for name, r in result["configs"].items():
         lines.append(
             f"{name}: p99/p50 {r['p99_to_p50']:.2f}; the same fixed reference work timed after every tick: "
-            f"p99/p50 {r['machine_jitter_p99_to_p50']:.2f} (the machine's own jitter)"
+            f"p99/p50 {r['machine_jitter_p99_to_p50']:.2f} (the machine's own jitter); scheduling: {r['scheduling']}"
         )
     if "speedup_p50_vs_gpu_config" in result:
         lines.append(
@@ -355,7 +395,8 @@ def summary(result: dict[str, Any]) -> str:
                 f"quality of {next(iter(quality))} / gpu: {result['quality_ratio_vs_gpu_config']:.2f}"
             )
     lines.append(
-        "other load: CPU seconds per second taken by other processes meanwhile (high = wall times inflated); "
+        "other load: CPU seconds per second taken by other processes meanwhile (high = wall times inflated), "
+        "steal: the part of it the hypervisor gave to other virtual machines; "
         "cpu p50/p99: this process's CPU time per tick (with one thread, about the latency on an idle machine)"
     )
     return "\n".join(lines)

@@ -31,6 +31,7 @@ from simdist.runtime.actuation import (
 )
 from simdist.runtime.ingest import CameraIngest
 from simdist.runtime.loop import DeployLoop, LoopStats
+from simdist.runtime.realtime import Scheduling, parse_cpus
 from simdist.runtime.store import ModelStore
 from simdist.sim.config import TaskConfig, load_task
 
@@ -127,10 +128,12 @@ def run_deploy(
     stop: threading.Event | None = None,
     on_tick: Callable[[int, DeployLoop], None] | None = None,
     robot: Any = None,
+    scheduling: Scheduling | None = None,
 ) -> DeployResult:
     """Deploy for `ticks` ticks or `seconds` of robot time; log into the next run_NN of `bag_dir` (if given).
 
     `model` is a checkpoint folder or a running ModelStore (kept across runs, as `simdist adapt` does).
+    `scheduling`: real-time priority, CPUs and memory locking of the control and planner threads (real time only).
     """
     cfg = load_task(task, overrides)
     hardware = not robot_spec.startswith("sim")
@@ -190,6 +193,7 @@ def run_deploy(
             episode_steps=cfg.episode_steps if hardware else None,
             seed=seed,
             on_tick=on_tick,
+            scheduling=scheduling,
         )
         try:
             stats = loop.run(ticks=ticks, seconds=seconds, stop=stop)
@@ -244,6 +248,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--realtime", action="store_true", help="wall-clock control rate (sim robots run lockstep without it)"
     )
+    parser.add_argument(
+        "--rt-priority",
+        type=int,
+        default=None,
+        metavar="N",
+        help="real time: run the control thread under SCHED_FIFO at N (the planner at N-1; needs CAP_SYS_NICE)",
+    )
+    parser.add_argument(
+        "--cpus", default=None, help="real time: pin the control and planner threads, e.g. 1 or 2-3"
+    )
+    parser.add_argument(
+        "--lock-memory", action="store_true", help="real time: mlockall, no page faults during a tick"
+    )
     parser.add_argument("--minutes", type=float, default=1.0, help="robot time to run (default 1)")
     parser.add_argument("--bag-dir", type=Path, default=None, help="write the run as run_NN in this folder")
     parser.add_argument("--planner", default="cpu", help="config/planner/<name>.yaml (default cpu)")
@@ -283,6 +300,11 @@ def run(args: argparse.Namespace) -> int:
     folder = resolve_model(args.task, args.model)
     console = Console(stderr=True)
     mode = "real time" if args.realtime or not args.robot.startswith("sim") else "lockstep"
+    scheduling = Scheduling(
+        priority=args.rt_priority, cpus=parse_cpus(args.cpus), lock_memory=args.lock_memory
+    )
+    if scheduling.requested and mode == "lockstep":
+        raise ConfigError("--rt-priority, --cpus and --lock-memory are for real time: add --realtime")
     console.print(
         f"deploying {args.task} on {args.robot} ({mode}) with {folder} for {args.minutes:g} min of robot time"
     )
@@ -300,6 +322,7 @@ def run(args: argparse.Namespace) -> int:
         command=args.command,
         camera=args.camera,
         safety=args.safety,
+        scheduling=scheduling,
     )
     s = result.stats.summary()
     print(

@@ -6,6 +6,8 @@ the bag. Lockstep (simulation) computes every plan in full before the robot move
 Real time gives the planner a deadline (`deadline_fraction` of the period): a plan that misses it is adopted when
 it arrives, and meanwhile each tick executes the next step of the last plan; whole periods the loop itself overran
 are counted as missed. Any exception in a tick sends the safe hold and is logged; the loop carries on.
+In real time, `scheduling` (simdist.runtime.realtime) puts the control thread and the planner thread under
+SCHED_FIFO, the planner one level below, so another process on the computer cannot delay a tick.
 """
 
 from __future__ import annotations
@@ -27,6 +29,14 @@ from simdist.plan.mppi import Plan, Planner
 from simdist.runtime.actuation import Actuator
 from simdist.runtime.history import ObservationHistory
 from simdist.runtime.ingest import CameraIngest, ProprioIngest
+from simdist.runtime.realtime import (
+    Scheduling,
+    ThreadState,
+    apply_to_this_thread,
+    lock_memory,
+    restore_thread,
+    thread_state,
+)
 from simdist.runtime.store import ModelStore
 
 log = logging.getLogger(__name__)
@@ -81,8 +91,15 @@ class _Job:
 class _PlanThread:
     """Runs plan jobs one at a time off the control thread (real time); results come back through a queue."""
 
-    def __init__(self, run: Callable[[_Job], Plan]) -> None:
+    def __init__(
+        self,
+        run: Callable[[_Job], Plan],
+        scheduling: Scheduling | None = None,
+        problems: list[str] | None = None,
+    ) -> None:
         self._run = run
+        self._scheduling = scheduling
+        self._problems = problems if problems is not None else []
         self._jobs: queue.Queue[_Job | None] = queue.Queue(maxsize=1)
         self.results: queue.Queue[tuple[_Job, Plan | BaseException, float]] = queue.Queue()
         self._idle = threading.Event()
@@ -99,6 +116,8 @@ class _PlanThread:
         self._jobs.put(job)
 
     def _work(self) -> None:
+        if self._scheduling is not None and self._scheduling.requested:
+            self._problems += apply_to_this_thread(self._scheduling, "planner")
         while (job := self._jobs.get()) is not None:
             start = time.perf_counter()
             try:
@@ -128,6 +147,8 @@ class DeployLoop:
         camera: frames to log (and to give a model with a camera branch).
         realtime: wall-clock control rate (else lockstep).
         episode_steps: hardware only: ticks per logged episode (a SimRobot ends episodes itself).
+        scheduling: real time only: SCHED_FIFO priority, CPUs and memory locking of the control thread (the
+            thread that calls `tick`) and of the planner thread (one priority level below).
     """
 
     def __init__(
@@ -149,6 +170,7 @@ class DeployLoop:
         stale_after_s: float = 0.1,
         seed: int = 0,
         on_tick: Callable[[int, DeployLoop], None] | None = None,
+        scheduling: Scheduling | None = None,
     ) -> None:
         self.robot = robot
         self.robot_kind = robot_kind
@@ -162,6 +184,9 @@ class DeployLoop:
         self.deadline_fraction = deadline_fraction
         self.episode_steps = episode_steps
         self.on_tick = on_tick
+        self.scheduling = scheduling or Scheduling()
+        self.scheduling_problems: list[str] = []  # what of `scheduling` could not be applied (also logged)
+        self._scheduled_threads: dict[int, ThreadState] = {}  # control threads, as they were before
         model = store.model
         self.planner = Planner(model, planner_config, limits=limits, seed=seed)
         self.history = ObservationHistory(model.history, model.obs_dim, model.act_dim)
@@ -297,6 +322,8 @@ class DeployLoop:
     # -- one tick ------------------------------------------------------------------------------------------------
     def tick(self, k: int, deadline: float | None = None) -> None:
         """Run control tick k (the loop calls this; tests may too)."""
+        if self.realtime and self.scheduling.requested:
+            self._schedule_control_thread()
         now = self._now()
         stamp = self._stamp_ns(k, now)
         deadline = now + self.deadline_fraction * self.period if deadline is None else deadline
@@ -367,6 +394,24 @@ class DeployLoop:
         if self.on_tick is not None:
             self.on_tick(k, self)
 
+    def _schedule_control_thread(self) -> None:
+        """On the first tick from a thread (run()'s, or an outside timer's such as the ROS executor's)."""
+        thread = threading.get_native_id()
+        if thread in self._scheduled_threads:
+            return
+        if not self._scheduled_threads and self.scheduling.lock_memory:
+            problem = lock_memory()
+            if problem:
+                self.scheduling_problems.append(problem)
+        self._scheduled_threads[thread] = thread_state(thread)
+        self.scheduling_problems += apply_to_this_thread(self.scheduling, "control")
+
+    def _unschedule_control_threads(self) -> None:
+        """Normal scheduling again for the threads that ran ticks (the caller's thread lives on after the run)."""
+        for thread, state in self._scheduled_threads.items():
+            restore_thread(thread, state)
+        self._scheduled_threads.clear()
+
     def _count(self, kind: str) -> None:
         setattr(self.stats, kind, getattr(self.stats, kind) + 1)
 
@@ -396,15 +441,16 @@ class DeployLoop:
             self.planner.reset()
         self._needs_reset = True
         if self.realtime and self._thread is None:
-            self._thread = _PlanThread(self._compute)
+            self._thread = _PlanThread(self._compute, self.scheduling.planner(), self.scheduling_problems)
         self._t0, self._t0_ns = time.monotonic(), time.time_ns()
 
     def close(self) -> None:
-        """The end of an outside-clock run: safe hold, then stop the planner thread."""
+        """The end of a run: safe hold, stop the planner thread, normal scheduling for the control thread(s)."""
         self._safe_hold()
         if self._thread is not None:
             self._thread.close()
             self._thread = None
+        self._unschedule_control_threads()
 
     # -- the run -------------------------------------------------------------------------------------------------
     def run(
@@ -418,7 +464,7 @@ class DeployLoop:
             ticks if ticks is not None else (round(seconds / self.period) if seconds is not None else None)
         )
         if self.realtime:
-            self._thread = _PlanThread(self._compute)
+            self._thread = _PlanThread(self._compute, self.scheduling.planner(), self.scheduling_problems)
             if hasattr(self.robot, "start"):
                 self.robot.start()
         self._t0, self._t0_ns = time.monotonic(), time.time_ns()
@@ -442,10 +488,7 @@ class DeployLoop:
                 self.tick(k, deadline)
                 k += 1
         finally:
-            self._safe_hold()
-            if self._thread is not None:
-                self._thread.close()
-                self._thread = None
+            self.close()
             if self.bag is not None and self._episode_open:
                 ended = self.robot.take_episode_end() if hasattr(self.robot, "take_episode_end") else None
                 if ended is not None:

@@ -25,6 +25,7 @@ from simdist.runtime.deploy import default_command, resolve_model
 from simdist.runtime.ingest import CameraIngest
 from simdist.runtime.loop import DeployLoop
 from simdist.runtime.proprio import PROPRIO_DIMS
+from simdist.runtime.realtime import Scheduling, parse_cpus
 from simdist.runtime.store import ModelStore
 from simdist.sim.config import load_task
 from simdist_nodes import conversions
@@ -46,6 +47,16 @@ class PlannerNode(Node):
         camera = declare(self, "camera", False, "feed /simdist/camera/image_raw to the model")
         warmup = declare(self, "warmup_plans", 5, "plans computed before control is enabled")
         poll_s = declare(self, "model_poll_s", 1.0, "how often dynamics/current is checked without a signal")
+        rt_priority = declare(
+            self,
+            "rt_priority",
+            0,
+            "SCHED_FIFO priority of the control timer's thread (planner: one below); 0: off",
+        )
+        cpus = declare(
+            self, "cpus", "", "pin the control and planner threads to these CPUs, e.g. '2-3'; '': off"
+        )
+        lock_memory = declare(self, "lock_memory", False, "mlockall the process (needs memlock unlimited)")
         self.m = conversions.ros_messages()
         self.cfg = load_task(task)
         folder = resolve_model(task, Path(model_dir) if model_dir else None)
@@ -127,6 +138,9 @@ class PlannerNode(Node):
             bag=cast(BagWriter, TickPublisher(self.m, self._publish)),  # publishes what a bag would record
             camera=camera_ingest,
             realtime=True,
+            scheduling=Scheduling(
+                priority=rt_priority or None, cpus=parse_cpus(cpus), lock_memory=lock_memory
+            ),
         )
         started = time.perf_counter()
         self.loop.open(warmup=warmup)

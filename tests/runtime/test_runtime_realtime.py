@@ -1,0 +1,145 @@
+"""Real-time scheduling of the deploy loop: validated settings, the control thread and the planner thread really run
+under SCHED_FIFO one level apart (or say why not), a bench block restores the thread, and memory locking is taken
+only under an unlimited memlock limit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from fast_planner import FAST_PLANNER
+
+from simdist.errors import ConfigError
+from simdist.runtime.deploy import run_deploy
+from simdist.runtime.loop import DeployLoop
+from simdist.runtime.realtime import (
+    Scheduling,
+    apply_to_this_thread,
+    current_thread_policy,
+    parse_cpus,
+    scheduled,
+)
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "SCHED_FIFO"), reason="Linux scheduling")
+
+
+def test_cpu_lists_parse_and_bad_ones_are_one_clear_error() -> None:
+    assert parse_cpus("1") == (1,)
+    assert parse_cpus("3,0-1") == (0, 1, 3)
+    assert parse_cpus("") is None and parse_cpus(None) is None
+    with pytest.raises(ConfigError, match="expected a list like"):
+        parse_cpus("one")
+
+
+def test_settings_are_validated() -> None:
+    with pytest.raises(ConfigError, match="outside 2..99"):
+        Scheduling(priority=1)  # the planner would get 0, which SCHED_FIFO does not have
+    with pytest.raises(ConfigError, match="outside"):
+        Scheduling(priority=100)
+    missing = max(os.sched_getaffinity(0)) + 1
+    with pytest.raises(ConfigError, match=f"cpus \\[{missing}\\] are not available"):
+        Scheduling(cpus=(missing,))
+    assert Scheduling(priority=40, cpus=(0,)).planner() == Scheduling(priority=39, cpus=(0,))
+    assert not Scheduling().requested and Scheduling(lock_memory=True).requested
+
+
+def _in_thread(scheduling: Scheduling) -> tuple[list[str], tuple[str, int], set[int]]:
+    out: dict[str, object] = {}
+
+    def work() -> None:
+        out["problems"] = apply_to_this_thread(scheduling, "test")
+        out["policy"] = current_thread_policy()
+        out["cpus"] = os.sched_getaffinity(threading.get_native_id())
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    return out["problems"], out["policy"], out["cpus"]  # type: ignore[return-value]
+
+
+def test_a_thread_gets_fifo_and_its_cpus_or_reports_why_not() -> None:
+    cpu = min(os.sched_getaffinity(0))
+    problems, policy, cpus = _in_thread(Scheduling(priority=10, cpus=(cpu,)))
+    assert cpus == {cpu}
+    if problems:  # no CAP_SYS_NICE: the report says so and the thread is unchanged
+        assert policy == ("SCHED_OTHER", 0) and "SCHED_FIFO priority 10" in problems[0]
+    else:
+        assert policy == ("SCHED_FIFO", 10)
+    assert current_thread_policy() == ("SCHED_OTHER", 0)  # only that thread changed
+
+
+def test_a_scheduled_block_restores_the_thread() -> None:
+    before = os.sched_getaffinity(0)
+    with scheduled(Scheduling(priority=5, cpus=(min(before),)), "bench") as problems:
+        inside = current_thread_policy(), os.sched_getaffinity(0)
+    assert inside[1] == {min(before)}
+    assert inside[0] == (("SCHED_OTHER", 0) if problems else ("SCHED_FIFO", 5))
+    assert current_thread_policy() == ("SCHED_OTHER", 0) and os.sched_getaffinity(0) == before
+
+
+def test_the_loop_runs_control_and_planner_one_level_apart(
+    go2_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: dict[str, set[tuple[str, int]]] = {"control": set(), "planner": set()}
+    compute, tick = DeployLoop._compute, DeployLoop.tick
+
+    def compute_spy(self: DeployLoop, job):  # type: ignore[no-untyped-def]
+        seen["planner"].add(current_thread_policy())
+        return compute(self, job)
+
+    def tick_spy(self: DeployLoop, k: int, deadline: float | None = None) -> None:
+        tick(self, k, deadline)
+        seen["control"].add(current_thread_policy())
+
+    monkeypatch.setattr(DeployLoop, "_compute", compute_spy)
+    monkeypatch.setattr(DeployLoop, "tick", tick_spy)
+    result = run_deploy(
+        "go2_slope",
+        "sim:sim",
+        go2_model,
+        ticks=10,
+        realtime=True,
+        planner_overrides=FAST_PLANNER,
+        scheduling=Scheduling(priority=20),
+    )
+    assert result.stats.errors == 0 and result.stats.ticks + result.stats.missed == 10
+    granted = not _in_thread(Scheduling(priority=20))[0]
+    if granted:
+        assert seen == {"control": {("SCHED_FIFO", 20)}, "planner": {("SCHED_FIFO", 19)}}
+    else:
+        assert seen == {"control": {("SCHED_OTHER", 0)}, "planner": {("SCHED_OTHER", 0)}}
+    assert current_thread_policy() == ("SCHED_OTHER", 0)  # the run's own thread is given back
+
+
+_LOCK = """
+import resource, sys
+from simdist.runtime.realtime import lock_memory
+if sys.argv[1] == "limited":
+    resource.setrlimit(resource.RLIMIT_MEMLOCK, (1 << 16, resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]))
+else:
+    try:  # root (CAP_SYS_RESOURCE) may lift the limit; otherwise there is nothing to lock under
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    except (ValueError, OSError):
+        print("cannot 0")
+        sys.exit()
+problem = lock_memory()
+locked = [int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmLck:")][0]
+print(problem or "locked", locked)
+"""
+
+
+def test_memory_is_locked_only_under_an_unlimited_limit() -> None:
+    def run(mode: str) -> str:
+        return subprocess.run(
+            [sys.executable, "-c", _LOCK, mode], capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    problem, locked = run("limited").rsplit(" ", 1)
+    assert problem.startswith("memory not locked: the memlock limit is 65536 bytes") and locked == "0"
+    outcome, locked = run("unlimited").rsplit(" ", 1)
+    if outcome != "cannot":
+        assert outcome == "locked" and int(locked) > 10_000  # kB: the interpreter and its libraries
