@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -10,6 +11,8 @@ from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.executors import Executor, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+from simdist.errors import SimdistError
 
 # Reliable, as the bag's recorded QoS (rclcpp's default): the logger must get every tick.
 RELIABLE = QoSProfile(
@@ -46,7 +49,12 @@ def now_ns(node: Node) -> int:
 def run_node(make: Callable[[], Node], *, threads: int = 2, on_shutdown: str | None = None) -> int:
     """rclpy.init, build the node, spin it on a MultiThreadedExecutor until Ctrl-C, then call its `on_shutdown`."""
     rclpy.init()
-    node = make()
+    try:
+        node = make()
+    except SimdistError as exc:  # bad parameters, task or model: one line, exit 2, as the core's CLI does
+        print(f"{getattr(make, '__name__', 'node')}: error: {exc}", file=sys.stderr)
+        rclpy.try_shutdown()
+        return 2
     executor: Executor = MultiThreadedExecutor(num_threads=threads)
     executor.add_node(node)
     try:
