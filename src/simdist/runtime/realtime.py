@@ -18,6 +18,7 @@ import logging
 import os
 import platform
 import resource
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,6 +43,10 @@ class Scheduling:
     lock_memory: bool = False  # mlockall: no page faults in a tick (needs an unlimited RLIMIT_MEMLOCK)
 
     def __post_init__(self) -> None:
+        if self.requested and not sys.platform.startswith("linux"):
+            raise ConfigError(
+                f"real-time scheduling (priority, cpus, memory lock) needs Linux, not {sys.platform}"
+            )
         if self.priority is not None:
             low, high = _fifo_range()
             if not low + 1 <= self.priority <= high:  # the planner's level (priority - 1) must be valid too
@@ -62,9 +67,7 @@ class Scheduling:
 
     def planner(self) -> Scheduling:
         """The planner thread's settings: one priority level below the control thread, the same CPUs."""
-        if self.priority is None:
-            return self
-        return Scheduling(priority=self.priority - 1, cpus=self.cpus)
+        return Scheduling(priority=None if self.priority is None else self.priority - 1, cpus=self.cpus)
 
 
 def parse_cpus(text: str | None) -> tuple[int, ...] | None:
@@ -82,8 +85,6 @@ def parse_cpus(text: str | None) -> tuple[int, ...] | None:
 
 
 def _fifo_range() -> tuple[int, int]:
-    if not hasattr(os, "SCHED_FIFO"):
-        return 1, 99
     return os.sched_get_priority_min(os.SCHED_FIFO), os.sched_get_priority_max(os.SCHED_FIFO)
 
 
@@ -100,16 +101,13 @@ def apply_to_this_thread(scheduling: Scheduling, role: str) -> list[str]:
         except OSError as exc:
             problems.append(f"{role} thread: cannot pin to CPUs {list(scheduling.cpus)}: {exc.strerror}")
     if scheduling.priority is not None:
-        if not hasattr(os, "sched_setscheduler"):
-            problems.append(f"{role} thread: SCHED_FIFO is not available on {platform.system()}")
-        else:
-            try:
-                os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(scheduling.priority))
-            except OSError as exc:
-                problems.append(
-                    f"{role} thread: cannot run at SCHED_FIFO priority {scheduling.priority} ({exc.strerror}; "
-                    "needs CAP_SYS_NICE or an rtprio limit): normal priority"
-                )
+        try:
+            os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(scheduling.priority))
+        except OSError as exc:
+            problems.append(
+                f"{role} thread: cannot run at SCHED_FIFO priority {scheduling.priority} ({exc.strerror}; "
+                "needs CAP_SYS_NICE or an rtprio limit): normal priority"
+            )
     for problem in problems:
         log.warning(problem)
     return problems
@@ -135,6 +133,9 @@ def restore_thread(tid: int, state: ThreadState) -> None:
 @contextmanager
 def scheduled(scheduling: Scheduling, role: str) -> Iterator[list[str]]:
     """Run the calling thread under `scheduling` for the block, then restore its policy and CPUs (for a bench)."""
+    if not scheduling.requested:  # nothing to apply or restore (and no Linux-only call)
+        yield []
+        return
     tid = threading.get_native_id()
     before = thread_state(tid)
     try:
