@@ -33,6 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="measure under SCHED_FIFO N (bench planner)",
     )
     parser.add_argument("--cpus", default=None, help="pin the measuring thread, e.g. 1 (bench planner)")
+    parser.add_argument(
+        "--unpaced",
+        action="store_true",
+        help="ticks back to back on a hot core instead of one per control period (bench planner)",
+    )
     parser.add_argument("--breakdown", action="store_true", help="time per model part (bench planner)")
     parser.add_argument(
         "--quality-episodes",

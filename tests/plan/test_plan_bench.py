@@ -24,8 +24,8 @@ def test_a_tiny_run_reports_every_number_the_summary_prints() -> None:
     torch.manual_seed(0)
     model = WorldModel.build(settings["dims"], load_model_config("tiny")).eval()
     cfg = PlannerConfig(8, 2, 0.05, 2, 4, 0.25, 1.0, 0.05, model.horizon, 0.99, keep_elites=True)
-    result = plan_bench.measure(model, cfg, settings, ticks=5, warmup=1)
-    assert result["ticks"] == 5 and result["fallbacks"] == 0
+    result = plan_bench.measure(model, cfg, settings, ticks=5, warmup=1, paced=False)
+    assert result["ticks"] == 5 and result["fallbacks"] == 0 and not result["paced"]
     assert result["p50_ms"] <= result["p99_ms"] <= result["max_ms"]
     assert result["samples_per_tick"] == 8 * 2 + 2
     assert result["p99_to_p50"] == pytest.approx(result["p99_ms"] / result["p50_ms"])
@@ -95,3 +95,43 @@ def test_a_run_under_fifo_says_so_and_gives_the_thread_back() -> None:
     label = result["scheduling"]
     assert label == f"SCHED_FIFO 30, cpus {cpu}" or label.startswith("normal (bench thread")  # no right
     assert current_thread_policy() == ("SCHED_OTHER", 0) and os.sched_getaffinity(0) == before
+
+
+def test_paced_work_starts_on_the_period_grid_and_reanchors_after_an_overrun(monkeypatch) -> None:
+    now = [100.0]
+    slept: list[float] = []
+    monkeypatch.setattr(plan_bench.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(plan_bench.time, "sleep", lambda s: (slept.append(s), now.__setitem__(0, now[0] + s)))
+    pacer = plan_bench._Pacer(0.02)
+    starts = []
+    for work in (0.005, 0.012, 0.030, 0.001, 0.065, 0.0):  # seconds each piece of work takes
+        pacer.wait()
+        starts.append(round(now[0] - 100.0, 6))
+        now[0] += work
+    # 0, 20, 40 ms on the grid; the 30 ms piece ends at 70 ms, 10 ms late: the next starts at once on its own
+    # grid point's behalf (60 ms) and the grid holds; the 65 ms piece overruns whole periods: re-anchored at 145 ms
+    assert starts == [0.0, 0.02, 0.04, 0.07, 0.08, 0.145]
+    assert slept == pytest.approx([0.015, 0.008, 0.009])
+    plain = plan_bench._Pacer(None)
+    plain.wait()
+    assert now[0] == pytest.approx(100.145) and len(slept) == 3  # unpaced: no waiting
+
+
+def test_a_paced_run_waits_for_the_period_before_every_tick_and_probe(monkeypatch) -> None:
+    waits = {"paced": 0, "unpaced": 0}
+    original = plan_bench._Pacer.wait
+
+    def counting(self) -> None:  # type: ignore[no-untyped-def]
+        waits["paced" if self.period is not None else "unpaced"] += 1
+        original(self)
+
+    monkeypatch.setattr(plan_bench._Pacer, "wait", counting)
+    settings = plan_bench.task_settings("ur5e")
+    torch.manual_seed(0)
+    model = WorldModel.build(settings["dims"], load_model_config("tiny")).eval()
+    cfg = PlannerConfig(4, 2, 0.05, 1, 2, 0.25, 1.0, 0.05, model.horizon, 0.99)
+    monkeypatch.setattr(plan_bench.time, "sleep", lambda s: None)  # the grid is tested above; no waiting here
+    paced = plan_bench.measure(model, cfg, settings, ticks=4, warmup=2, paced=True)
+    assert paced["paced"] and waits == {"paced": 2 + 4 + 4, "unpaced": 0}  # warm-up, ticks, reference probes
+    plan_bench.measure(model, cfg, settings, ticks=4, warmup=2, paced=False)
+    assert waits == {"paced": 10, "unpaced": 2 + 4}

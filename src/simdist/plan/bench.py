@@ -119,15 +119,19 @@ def measure(
     ticks: int,
     warmup: int,
     scheduling: Scheduling | None = None,
+    paced: bool = True,
 ) -> dict[str, Any]:
     """Latency of `ticks` full ticks (context + act) after `warmup` ones, in ms, and the machine's other load.
 
-    After every tick a fixed reference work about as long as a warm-up tick is timed too: its p99 / p50 is the
-    jitter of the machine itself under the same conditions (on a shared VM the cores slow down in bursts), to read
-    the planner's tail against. `scheduling`: SCHED_FIFO priority and CPUs of this thread while it measures.
+    `paced`: each tick starts on the control period's grid, as in the deploy loop, idle in between (on this VM a
+    tick that follows an idle gap is markedly slower than one run back to back on a hot core: the robot's number).
+    A fixed reference work about as long as a warm-up tick is timed as well, `ticks` times under the same pacing
+    (unpaced: after every tick): its p99 / p50 is the jitter of the machine itself (on a shared VM the cores slow
+    down in bursts), to read the planner's tail against. `scheduling`: SCHED_FIFO priority and CPUs of this
+    thread while it measures.
     """
     with scheduled(scheduling or Scheduling(), "bench") as problems:
-        result = _measure(model, config, settings, ticks=ticks, warmup=warmup)
+        result = _measure(model, config, settings, ticks=ticks, warmup=warmup, paced=paced)
     result["scheduling"] = _policy_label(scheduling, problems)
     return result
 
@@ -143,8 +147,27 @@ def _policy_label(scheduling: Scheduling | None, problems: list[str]) -> str:
     return ", ".join(parts)
 
 
+class _Pacer:
+    """Starts work on a fixed period's grid, as the deploy loop starts ticks; after an overrun of whole periods it
+    re-anchors on the present instead of bursting to catch up. `period_s=None`: no waiting at all."""
+
+    def __init__(self, period_s: float | None) -> None:
+        self.period = period_s
+        self.next: float | None = None
+
+    def wait(self) -> None:
+        if self.period is None:
+            return
+        now = time.perf_counter()
+        if self.next is None or now - self.next >= self.period:
+            self.next = now
+        elif self.next > now:
+            time.sleep(self.next - now)
+        self.next += self.period
+
+
 def _measure(
-    model: Any, config: PlannerConfig, settings: dict[str, Any], *, ticks: int, warmup: int
+    model: Any, config: PlannerConfig, settings: dict[str, Any], *, ticks: int, warmup: int, paced: bool
 ) -> dict[str, Any]:
     torch.set_num_threads(config.num_threads or _DEFAULT_THREADS)
     planner = Planner(model, config, limits=task_action_limits(settings), seed=0)
@@ -153,6 +176,7 @@ def _measure(
     total, context, cpu, ref = [], [], [], []
     repeats = 1
     fallbacks, iterations = 0, []
+    pacer = _Pacer(1.0 / settings["control_hz"] if paced else None)
     own0, (busy0, steal0), wall0 = sum(os.times()[:2]), _machine_ticks(), time.perf_counter()
     for i in range(warmup + ticks):
         if i == warmup:
@@ -161,6 +185,7 @@ def _measure(
             total.clear()
             own0, (busy0, steal0), wall0 = sum(os.times()[:2]), _machine_ticks(), time.perf_counter()
         obs_hist, act_hist, mask, obs, command = inputs[i % len(inputs)]
+        pacer.wait()
         cpu_start, start = time.process_time(), time.perf_counter()
         with torch.inference_mode():
             ctx = model.context(obs_hist, act_hist, mask, obs)
@@ -173,7 +198,11 @@ def _measure(
             context.append(1e3 * (mid - start))
             fallbacks += plan.stats.fallback is not None
             iterations.append(plan.stats.iterations)
-            ref.append(_reference_work(reference, repeats))
+            if not paced:
+                ref.append(_reference_work(reference, repeats))
+    for _ in range(ticks if paced else 0):  # the jitter probe under the same pacing, right after the ticks
+        pacer.wait()
+        ref.append(_reference_work(reference, repeats))
     wall = time.perf_counter() - wall0
     hz = os.sysconf("SC_CLK_TCK")
     busy, steal = _machine_ticks()
@@ -202,6 +231,7 @@ def _measure(
         "fallbacks": fallbacks,
         # CPU seconds per second used by other processes meanwhile (2.0 = both cores taken from us)
         "other_load": max(0.0, other / wall),
+        "paced": paced,
         # of which the hypervisor kept the VM's cores for other guests (no priority inside the VM helps)
         "steal": (steal - steal0) / hz / wall,
     }
@@ -333,6 +363,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             ticks=n,
             warmup=2 if baseline_only else 20,
             scheduling=None if baseline_only else scheduling,
+            paced=not getattr(args, "unpaced", False),
         )
     if name != BASELINE:
         result["speedup_p50_vs_gpu_config"] = (
@@ -368,9 +399,15 @@ def summary(result: dict[str, Any]) -> str:
             f"{100 * r['missed_deadlines']:6.1f}% {r['context_p50_ms']:7.2f} "
             f"{r['cpu_p50_ms']:7.2f}/{r['cpu_p99_ms']:7.2f} {r['other_load']:10.2f} {r['steal']:5.2f}"
         )
+    first = next(iter(result["configs"].values()))
+    lines.append(
+        f"ticks: one per {result['period_ms']:.0f} ms control period, idle in between, as in the deploy loop"
+        if first.get("paced", True)
+        else "ticks: back to back on a hot core (--unpaced; the deploy loop idles between ticks and is slower)"
+    )
     for name, r in result["configs"].items():
         lines.append(
-            f"{name}: p99/p50 {r['p99_to_p50']:.2f}; the same fixed reference work timed after every tick: "
+            f"{name}: p99/p50 {r['p99_to_p50']:.2f}; a fixed reference work timed as often, the same way: "
             f"p99/p50 {r['machine_jitter_p99_to_p50']:.2f} (the machine's own jitter); scheduling: {r['scheduling']}"
         )
     if "speedup_p50_vs_gpu_config" in result:
