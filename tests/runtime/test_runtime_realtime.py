@@ -143,3 +143,29 @@ def test_memory_is_locked_only_under_an_unlimited_limit() -> None:
     outcome, locked = run("unlimited").rsplit(" ", 1)
     if outcome != "cannot":
         assert outcome == "locked" and int(locked) > 10_000  # kB: the interpreter and its libraries
+
+
+def test_a_scheduling_failure_never_stops_control(go2_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import simdist.runtime.loop as loop_module
+
+    def broken(scheduling: Scheduling, role: str) -> list[str]:
+        raise RuntimeError(f"{role}: no scheduler today")
+
+    monkeypatch.setattr(loop_module, "apply_to_this_thread", broken)
+    loops: list[DeployLoop] = []
+    result = run_deploy(
+        "go2_slope",
+        "sim:sim",
+        go2_model,
+        ticks=10,
+        realtime=True,
+        planner_overrides=FAST_PLANNER,
+        scheduling=Scheduling(priority=20),
+        on_tick=lambda k, loop: loops.append(loop),
+    )
+    stats = result.stats
+    assert stats.errors == 0 and stats.ticks + stats.missed == 10 and stats.fresh + stats.late > 0
+    problems = loops[0].scheduling_problems
+    assert any("control thread: scheduling failed" in p for p in problems)
+    assert any("planner thread: scheduling failed" in p for p in problems)
+    assert current_thread_policy() == ("SCHED_OTHER", 0)

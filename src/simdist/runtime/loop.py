@@ -117,7 +117,11 @@ class _PlanThread:
 
     def _work(self) -> None:
         if self._scheduling is not None and self._scheduling.requested:
-            self._problems += apply_to_this_thread(self._scheduling, "planner")
+            try:
+                self._problems += apply_to_this_thread(self._scheduling, "planner")
+            except Exception as exc:  # the planner thread must live on, at normal priority
+                self._problems.append(f"planner thread: scheduling failed: {exc!r}")
+                log.warning(self._problems[-1])
         while (job := self._jobs.get()) is not None:
             start = time.perf_counter()
             try:
@@ -186,7 +190,7 @@ class DeployLoop:
         self.on_tick = on_tick
         self.scheduling = scheduling or Scheduling()
         self.scheduling_problems: list[str] = []  # what of `scheduling` could not be applied (also logged)
-        self._scheduled_threads: dict[int, ThreadState] = {}  # control threads, as they were before
+        self._scheduled_threads: dict[int, ThreadState | None] = {}  # control threads, as they were before
         model = store.model
         self.planner = Planner(model, planner_config, limits=limits, seed=seed)
         self.history = ObservationHistory(model.history, model.obs_dim, model.act_dim)
@@ -399,17 +403,24 @@ class DeployLoop:
         thread = threading.get_native_id()
         if thread in self._scheduled_threads:
             return
-        if not self._scheduled_threads and self.scheduling.lock_memory:
-            problem = lock_memory()
-            if problem:
-                self.scheduling_problems.append(problem)
-        self._scheduled_threads[thread] = thread_state(thread)
-        self.scheduling_problems += apply_to_this_thread(self.scheduling, "control")
+        first = not self._scheduled_threads
+        self._scheduled_threads[thread] = None
+        try:
+            if first and self.scheduling.lock_memory:
+                problem = lock_memory()
+                if problem:
+                    self.scheduling_problems.append(problem)
+            self._scheduled_threads[thread] = thread_state(thread)
+            self.scheduling_problems += apply_to_this_thread(self.scheduling, "control")
+        except Exception as exc:  # never a reason to stop controlling: this thread stays as it was
+            self.scheduling_problems.append(f"control thread: scheduling failed: {exc!r}")
+            log.warning(self.scheduling_problems[-1])
 
     def _unschedule_control_threads(self) -> None:
         """Normal scheduling again for the threads that ran ticks (the caller's thread lives on after the run)."""
         for thread, state in self._scheduled_threads.items():
-            restore_thread(thread, state)
+            if state is not None:
+                restore_thread(thread, state)
         self._scheduled_threads.clear()
 
     def _count(self, kind: str) -> None:
