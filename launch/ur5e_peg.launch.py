@@ -37,9 +37,14 @@ def generate_launch_description():
         DeclareLaunchArgument(
             "planner", default_value="cpu", choices=["cpu", "gpu"], description="planner preset"
         ),
+        DeclareLaunchArgument(
+            "rt_priority",
+            default_value="0",
+            description="SCHED_FIFO priority of the planner node's control thread (0: normal scheduling)",
+        ),
     ]
     stack = PathJoinSubstitution([FindPackageShare("simdist_bringup"), "launch", "simdist_stack.launch.py"])
-    forwarded = ["robot", "profile", "model_dir", "bag_dir", "robot_ip", "planner"]
+    forwarded = ["robot", "profile", "model_dir", "bag_dir", "robot_ip", "planner", "rt_priority"]
     include = IncludeLaunchDescription(
         PythonLaunchDescriptionSource(stack),
         launch_arguments=[("task", "ur5e_peg")] + [(name, LaunchConfiguration(name)) for name in forwarded],
