@@ -110,8 +110,10 @@ def test_the_loop_runs_control_and_planner_one_level_apart(
     granted = not _in_thread(Scheduling(priority=20))[0]
     if granted:
         assert seen == {"control": {("SCHED_FIFO", 20)}, "planner": {("SCHED_FIFO", 19)}}
+        assert result.scheduling_problems == []
     else:
         assert seen == {"control": {("SCHED_OTHER", 0)}, "planner": {("SCHED_OTHER", 0)}}
+        assert len(result.scheduling_problems) == 2  # one line per thread
     assert current_thread_policy() == ("SCHED_OTHER", 0)  # the run's own thread is given back
 
 

@@ -10,7 +10,7 @@ import argparse
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ class DeployResult:
     bag: Path | None
     interrupted: bool
     version: str  # the model version in use at the end
+    scheduling_problems: list[str] = field(default_factory=list)  # what of the requested scheduling failed
 
 
 def make_robot(
@@ -211,7 +212,11 @@ def run_deploy(
                 store.stop()
             robot.stop()
     return DeployResult(
-        stats=stats, bag=bag.path if bag else None, interrupted=interrupted, version=store.label
+        stats=stats,
+        bag=bag.path if bag else None,
+        interrupted=interrupted,
+        version=store.label,
+        scheduling_problems=list(loop.scheduling_problems),
     )
 
 
@@ -330,6 +335,20 @@ def run(args: argparse.Namespace) -> int:
         f"missed {s['missed']}; errors {s['errors']}, swaps {s['swaps']}, episodes {s['episodes']}; "
         f"plan p50 {s['plan_ms_p50']:.1f} ms, p99 {s['plan_ms_p99']:.1f} ms; model {result.version}"
     )
+    if scheduling.requested:
+        applied = [
+            f"control thread SCHED_FIFO {scheduling.priority}, planner {scheduling.priority - 1}"
+            if scheduling.priority is not None
+            else "",
+            f"CPUs {','.join(map(str, scheduling.cpus))}" if scheduling.cpus is not None else "",
+            "memory locked" if scheduling.lock_memory else "",
+        ]
+        wanted = "; ".join(a for a in applied if a)
+        print(
+            f"scheduling: {wanted}"
+            if not result.scheduling_problems
+            else f"scheduling: asked for {wanted}; not done: {'; '.join(result.scheduling_problems)}"
+        )
     if result.bag is not None:
         print(f"bag: {result.bag}")
     if result.interrupted:
