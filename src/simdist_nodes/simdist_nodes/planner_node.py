@@ -4,7 +4,8 @@ tick's /simdist/observation, /simdist/action, /simdist/command and /simdist/even
 
 A MultiThreadedExecutor runs the sensing callbacks, the control timer and the model-version callback in separate
 callback groups; the model is warmed up before control is enabled, and a warning is logged when the loop falls
-below its rate.
+below its rate. With `rt_priority` set, each executor thread that runs the control timer is put under SCHED_FIFO
+at its first tick (and the planner thread one level below) until the node shuts down.
 """
 
 from __future__ import annotations
