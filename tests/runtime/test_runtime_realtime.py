@@ -81,6 +81,19 @@ def test_a_scheduled_block_restores_the_thread() -> None:
     assert current_thread_policy() == ("SCHED_OTHER", 0) and os.sched_getaffinity(0) == before
 
 
+def _realtime_run(model: Path, scheduling: Scheduling):  # type: ignore[no-untyped-def]
+    """Ten real-time ticks of the simulated Go2 with the fast planner under `scheduling`."""
+    return run_deploy(
+        "go2_slope",
+        "sim:sim",
+        model,
+        ticks=10,
+        realtime=True,
+        planner_overrides=FAST_PLANNER,
+        scheduling=scheduling,
+    )
+
+
 def test_the_loop_runs_control_and_planner_one_level_apart(
     go2_model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -97,15 +110,7 @@ def test_the_loop_runs_control_and_planner_one_level_apart(
 
     monkeypatch.setattr(DeployLoop, "_compute", compute_spy)
     monkeypatch.setattr(DeployLoop, "tick", tick_spy)
-    result = run_deploy(
-        "go2_slope",
-        "sim:sim",
-        go2_model,
-        ticks=10,
-        realtime=True,
-        planner_overrides=FAST_PLANNER,
-        scheduling=Scheduling(priority=20),
-    )
+    result = _realtime_run(go2_model, Scheduling(priority=20))
     assert result.stats.errors == 0 and result.stats.ticks + result.stats.missed == 10
     granted = not _in_thread(Scheduling(priority=20))[0]
     if granted:
@@ -154,20 +159,19 @@ def test_a_scheduling_failure_never_stops_control(go2_model: Path, monkeypatch: 
         raise RuntimeError(f"{role}: no scheduler today")
 
     monkeypatch.setattr(loop_module, "apply_to_this_thread", broken)
-    loops: list[DeployLoop] = []
-    result = run_deploy(
-        "go2_slope",
-        "sim:sim",
-        go2_model,
-        ticks=10,
-        realtime=True,
-        planner_overrides=FAST_PLANNER,
-        scheduling=Scheduling(priority=20),
-        on_tick=lambda k, loop: loops.append(loop),
-    )
+    result = _realtime_run(go2_model, Scheduling(priority=20))
     stats = result.stats
     assert stats.errors == 0 and stats.ticks + stats.missed == 10 and stats.fresh + stats.late > 0
-    problems = loops[0].scheduling_problems
+    problems = result.scheduling_problems
     assert any("control thread: scheduling failed" in p for p in problems)
     assert any("planner thread: scheduling failed" in p for p in problems)
     assert current_thread_policy() == ("SCHED_OTHER", 0)
+
+
+def test_settings_describe_themselves() -> None:
+    assert Scheduling().describe() == "normal"
+    assert (
+        Scheduling(priority=50, cpus=(0,), lock_memory=True).describe()
+        == "SCHED_FIFO 50, cpus 0, memory locked"
+    )
+    assert Scheduling(priority=50, cpus=(0,)).planner().describe() == "SCHED_FIFO 49, cpus 0"

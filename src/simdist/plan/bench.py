@@ -141,10 +141,7 @@ def _policy_label(scheduling: Scheduling | None, problems: list[str]) -> str:
         return "normal"
     if problems:
         return "normal (" + "; ".join(problems) + ")"
-    parts = [f"SCHED_FIFO {scheduling.priority}" if scheduling.priority is not None else "normal"]
-    if scheduling.cpus is not None:
-        parts.append("cpus " + ",".join(map(str, scheduling.cpus)))
-    return ", ".join(parts)
+    return scheduling.describe()
 
 
 class _Pacer:

@@ -336,14 +336,7 @@ def run(args: argparse.Namespace) -> int:
         f"plan p50 {s['plan_ms_p50']:.1f} ms, p99 {s['plan_ms_p99']:.1f} ms; model {result.version}"
     )
     if scheduling.requested:
-        applied = [
-            f"control thread SCHED_FIFO {scheduling.priority}, planner {scheduling.priority - 1}"
-            if scheduling.priority is not None
-            else "",
-            f"CPUs {','.join(map(str, scheduling.cpus))}" if scheduling.cpus is not None else "",
-            "memory locked" if scheduling.lock_memory else "",
-        ]
-        wanted = "; ".join(a for a in applied if a)
+        wanted = f"control thread {scheduling.describe()}; planner thread {scheduling.planner().describe()}"
         print(
             f"scheduling: {wanted}"
             if not result.scheduling_problems

@@ -65,6 +65,15 @@ class Scheduling:
     def requested(self) -> bool:
         return self.priority is not None or self.cpus is not None or self.lock_memory
 
+    def describe(self) -> str:
+        """'SCHED_FIFO 50, cpus 2,3, memory locked', or 'normal' when nothing is asked for."""
+        parts = [f"SCHED_FIFO {self.priority}" if self.priority is not None else "normal"]
+        if self.cpus is not None:
+            parts.append("cpus " + ",".join(map(str, self.cpus)))
+        if self.lock_memory:
+            parts.append("memory locked")
+        return ", ".join(parts)
+
     def planner(self) -> Scheduling:
         """The planner thread's settings: one priority level below the control thread, the same CPUs."""
         return Scheduling(priority=None if self.priority is None else self.priority - 1, cpus=self.cpus)
