@@ -26,6 +26,10 @@ VERBS: dict[str, tuple[str, str]] = {
         "simdist.experiment.run",
         "SimDist against baselines with the same real-data budget on sim:PROFILE",
     ),
+    "calibrate": (
+        "simdist.experiment.calibrate",
+        "what a candidate real profile costs the zero-shot controller and the expert, against sim",
+    ),
     "experiment-merge": (
         "simdist.experiment.merge",
         "one report from experiment runs made apart (seeds in parallel, the oracle on its own)",
