@@ -196,3 +196,48 @@ def test_bag_windows_equal_the_simulation_windows_of_the_same_episodes(
         planner_overrides=FAST_PLANNER,
     ).bag
     assert not set(ids) & {int(e["episode"][0]) for e in real_episodes([other])}  # unique across runs
+
+
+def test_the_gate_decides_on_episodes_that_did_not_select_the_checkpoint(
+    go2_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import simdist.runtime.finetune as ft
+
+    bags = _bags(go2_model, tmp_path / "bags", runs=2)
+    seen: list[frozenset[int]] = []  # the episode positions behind each held-out evaluation, in call order
+    measure = ft.heldout_latent_error
+
+    def spy(model, sampler, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(frozenset(int(i) for i in sampler.episodes))
+        return measure(model, sampler, **kwargs)
+
+    monkeypatch.setattr(ft, "heldout_latent_error", spy)
+    report = finetune(go2_model, bags, QUICK)
+    gate, selection = seen[0], seen[1:-1]  # before (gate), every selection during training, after (gate)
+    assert seen[-1] == gate and len(selection) >= 2
+    assert all(s == selection[0] for s in selection)
+    assert not gate & selection[0]  # the gate's episodes never chose the step
+    assert report.heldout_episodes == len(gate) and report.selection_episodes == len(selection[0])
+
+
+def test_split_real_gives_three_disjoint_sets_even_from_one_episode() -> None:
+    from simdist.runtime.finetune import split_real
+
+    def episode(i: int, n: int) -> dict[str, np.ndarray]:
+        return {
+            "proprio": np.zeros((n, 3), np.float32),
+            "action": np.zeros((n, 2), np.float32),
+            "command": np.zeros((n, 1), np.float32),
+            "reward": np.zeros(n, np.float32),
+            "value": np.zeros(n, np.float32),
+            "expert_flag": np.zeros(n, bool),
+            "episode": np.full(n, i, np.int64),
+            "step": np.arange(n, dtype=np.int32),
+            "timestamp_ns": np.arange(n, dtype=np.int64),
+        }
+
+    for episodes in ([episode(0, 90)], [episode(i, 40) for i in range(40)]):
+        source, train, select, decide = split_real(episodes, 0.05)
+        sets = [set(train.tolist()), set(select.tolist()), set(decide.tolist())]
+        assert all(sets) and not (sets[0] & sets[1] or sets[0] & sets[2] or sets[1] & sets[2])
+        assert sum(map(len, sets)) == len(source.episode_ids())

@@ -2,8 +2,9 @@
 
 Only `model.dynamics` trains; encoder, history, reward, value, policy and normaliser stay bit-identical (checked
 before anything is published). Loss: latent consistency against the frozen encoder,
-mean_k || z_hat(t+k) - E(o(t+k)) ||^2 over the real future steps, as in pretraining. Early stopping and the gate
-use held-out real episodes: a version whose held-out latent error is not lower than the current one's is refused.
+mean_k || z_hat(t+k) - E(o(t+k)) ||^2 over the real future steps, as in pretraining. Two disjoint sets of held-out
+real episodes: one selects the best step (early stopping), the other decides the gate, so a version is refused
+unless its latent error is lower than the current one's on episodes that played no part in choosing it.
 Bags are read (and refused) before anything is written. Nothing here imports the simulator.
 
 `trainable="all"` is the full-finetuning (forgetting) baseline of `simdist experiment`: every parameter trains on
@@ -80,8 +81,9 @@ class FinetuneReport:
     train_windows: int
     heldout_windows: int
     train_episodes: int
-    heldout_episodes: int
+    heldout_episodes: int  # the gate's episodes (latent_before/after), apart from the selection's
     minutes_of_data: float
+    selection_episodes: int = 0  # the episodes that chose the best step
     report_json: str = ""
     report_png: str = ""
 
@@ -164,22 +166,38 @@ def minutes_of_data(episodes: list[dict[str, np.ndarray]]) -> float:
     return steps * float(np.median(gaps)) / 1e9 / 60.0
 
 
+DECIDE_SALT = 0x5DEECE66D  # a second, independent hash of the episode ids for the gate's own split
+
+
 def split_real(
     episodes: list[dict[str, np.ndarray]], fraction: float
-) -> tuple[InMemoryEpisodes, np.ndarray, np.ndarray]:
-    """(source, train positions, held-out positions); a single episode is cut so its last part is held out."""
-    if len(episodes) == 1:
-        e = episodes[0]
-        cut = max(2, int(round(len(e["proprio"]) * (1.0 - max(fraction, 0.2)))))
-        if len(e["proprio"]) - cut < 2:
-            raise BagError("too little data to hold out: one episode shorter than a few steps")
+) -> tuple[InMemoryEpisodes, np.ndarray, np.ndarray, np.ndarray]:
+    """(source, train, select, decide positions): three disjoint sets of whole episodes.
+
+    `select` picks the best step (early stopping); `decide` is only used by the gate, so "held-out error went
+    down" is never measured on the windows that chose the checkpoint. Each gets about `fraction` of the episodes
+    and at least one; with fewer than three episodes the longest is cut in two until there are three.
+    """
+    episodes = list(episodes)
+    while len(episodes) < 3:
+        longest = max(range(len(episodes)), key=lambda i: len(episodes[i]["proprio"]))
+        e = episodes.pop(longest)
+        cut = len(e["proprio"]) // 2
+        if cut < 2 or len(e["proprio"]) - cut < 2:
+            raise BagError("too little data to hold out: fewer than three episodes of a few steps")
         head = {k: v[:cut] for k, v in e.items()}
         tail = {k: v[cut:] for k, v in e.items()}
-        tail["episode"] = tail["episode"] + 1
-        episodes = [head, tail]
+        tail["episode"] = tail["episode"] + (1 << 19)  # below the next run's id base
+        episodes += [head, tail]
     source = InMemoryEpisodes(episodes)
-    mask = held_out(source.episode_ids(), fraction)
-    return source, np.flatnonzero(~mask), np.flatnonzero(mask)
+    ids = source.episode_ids()
+    select = held_out(ids, fraction)
+    rest = np.flatnonzero(~select)
+    decide = np.zeros_like(select)
+    decide[rest] = held_out(ids[rest] ^ DECIDE_SALT, fraction * len(ids) / len(rest))
+    if decide[rest].all():
+        decide[rest[-1]] = False
+    return source, np.flatnonzero(~select & ~decide), np.flatnonzero(select), np.flatnonzero(decide)
 
 
 # -- the loss ------------------------------------------------------------------------------------------------------
@@ -271,10 +289,11 @@ def finetune(
     check_dims(episodes, model, bags)
     if options.threads > 0:
         torch.set_num_threads(options.threads)
-    source, train_idx, held_idx = split_real(episodes, options.val_fraction)
+    source, train_idx, select_idx, decide_idx = split_real(episodes, options.val_fraction)
     train = WindowSampler(source, model.history, model.horizon, train_idx)
-    heldout = WindowSampler(source, model.history, model.horizon, held_idx)
-    if len(train) == 0 or len(heldout) == 0:
+    select = WindowSampler(source, model.history, model.horizon, select_idx)
+    heldout = WindowSampler(source, model.history, model.horizon, decide_idx)
+    if len(train) == 0 or len(select) == 0 or len(heldout) == 0:
         raise BagError(f"{Path(bags[0])}: too few steps for training and held-out windows")
     sim = _sim_sampler(options, model)
 
@@ -293,7 +312,8 @@ def finetune(
     limit = options.eval_windows
     before = heldout_latent_error(model, heldout, limit=limit)
     say(f"held-out latent error of {_label(base_version)}: {before.mean():.5f} ({len(heldout)} windows)")
-    best, best_state, since = float(before.mean()), copy.deepcopy(trained.state_dict()), 0
+    best = float(heldout_latent_error(model, select, limit=limit).mean())
+    best_state, since = copy.deepcopy(trained.state_dict()), 0
     per_epoch = math.ceil(len(train) / options.batch_size)
     total = options.max_epochs * per_epoch
     if options.max_steps is not None:
@@ -322,13 +342,13 @@ def finetune(
         )
         if step % options.eval_every == 0 or step == total or out_of_time:
             model.eval()
-            current = float(heldout_latent_error(model, heldout, limit=limit).mean())
+            current = float(heldout_latent_error(model, select, limit=limit).mean())
             if current < best:
                 best, best_state, since = current, copy.deepcopy(trained.state_dict()), 0
             else:
                 since += 1
             say(
-                f"step {step}/{total}: train {float(loss.detach()):.5f}, held-out {current:.5f} (best {best:.5f})"
+                f"step {step}/{total}: train {float(loss.detach()):.5f}, selection {current:.5f} (best {best:.5f})"
             )
             if since >= options.patience or out_of_time:
                 break
@@ -367,7 +387,8 @@ def finetune(
         train_windows=len(train),
         heldout_windows=len(heldout),
         train_episodes=len(train_idx),
-        heldout_episodes=len(held_idx),
+        heldout_episodes=len(decide_idx),
+        selection_episodes=len(select_idx),
         minutes_of_data=minutes_of_data(episodes),
     )
     write_report(report, folder / REPORTS_DIR)
