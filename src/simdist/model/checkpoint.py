@@ -89,6 +89,30 @@ def save_checkpoint(
     return root
 
 
+def with_dynamics_members(source: str | Path, out: str | Path, members: int, *, seed: int = 0) -> Path:
+    """A new checkpoint in `out`: `source`'s current model with `members` dynamics decoders (an ensemble).
+
+    Member 0 is `source`'s current dynamics; the others are freshly initialised (seeded), to be trained by
+    dynamics-only finetuning on data (each on its own bootstrap). Encoder, history, heads and normaliser are
+    `source`'s, bit for bit. `out` must not exist; `source` is never modified.
+    """
+    root, dest = Path(source), Path(out)
+    if dest.exists():
+        raise CheckpointError(f"{dest}: already exists (choose a new folder for the ensemble)")
+    if members < 1:
+        raise ConfigError(f"members must be >= 1, got {members}")
+    description = read_description(root)
+    model = load_checkpoint(root)
+    config = build(ModelConfig, {**description["model"], "dynamics_members": members}, "model")
+    torch.manual_seed(seed)
+    ensemble = WorldModel.build(description["dims"], config, description["normalizer"])
+    state = ensemble.state_dict()
+    state.update(model.state_dict())  # every shared weight and member 0; the new members keep their init
+    ensemble.load_state_dict(state, strict=True)
+    extra = {**description.get("extra", {}), "ensemble_of": str(root), "ensemble_seed": seed}
+    return save_checkpoint(ensemble, dest, task=description["task"], data_hash=description["data_hash"], extra=extra)
+
+
 def save_weights(folder: str | Path, model: WorldModel) -> None:
     """Replace weights.safetensors (everything but the dynamics and the normaliser) of an existing checkpoint.
 

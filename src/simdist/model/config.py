@@ -28,6 +28,7 @@ class ModelConfig:
     mlp_ratio: int = 4
     dynamics_layers: int = 2
     dynamics_heads: int = 8
+    dynamics_members: int = 1  # an ensemble of dynamics decoders on the shared encoder (disagreement-aware planning)
     head_layers: int = 1
     head_heads: int = 4
     policy_layers: int = 4
@@ -40,6 +41,8 @@ class ModelConfig:
         for name in ("dynamics_heads", "head_heads", "policy_heads"):
             if self.latent_dim % getattr(self, name):
                 raise ConfigError(f"model.latent_dim {self.latent_dim} is not divisible by model.{name}")
+        if self.dynamics_members < 1:
+            raise ConfigError("model.dynamics_members must be at least 1")
         if self.history < 1 or self.horizon < 1:
             raise ConfigError("model.history and model.horizon must be at least 1")
 

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from simdist.model.config import ModelConfig
-from simdist.model.dynamics import Dynamics
+from simdist.model.dynamics import Dynamics, disagreement
 from simdist.model.encoder import Encoder
 from simdist.model.heads import RewardHead, ValueHead
 from simdist.model.history import History
@@ -61,7 +61,9 @@ class WorldModel(nn.Module):
         self.normalizer = Normalizer(obs_dim, act_dim, cmd_dim)
         self.encoder = Encoder(obs_dim, c.encoder_hidden, d, c.image)
         self.history_tokens = History(act_dim, d, c.history)
-        self.dynamics = Dynamics(act_dim, d, c.horizon, c.dynamics_layers, c.dynamics_heads, c.mlp_ratio)
+        self.dynamics = Dynamics(
+            act_dim, d, c.horizon, c.dynamics_layers, c.dynamics_heads, c.mlp_ratio, c.dynamics_members
+        )
         self.reward = RewardHead(d, cmd_dim, act_dim, c.horizon, c.head_layers, c.head_heads, c.mlp_ratio)
         self.value = ValueHead(d, cmd_dim, c.horizon, c.head_layers, c.head_heads, c.mlp_ratio)
         self.policy = Policy(cmd_dim, act_dim, d, c.horizon, c.policy_layers, c.policy_heads, c.mlp_ratio)
@@ -124,6 +126,19 @@ class WorldModel(nn.Module):
     def predict(self, ctx: Context, actions: torch.Tensor) -> torch.Tensor:
         """Raw actions (N, T, A) -> predicted latents z_hat t+1..t+T (N, T, D)."""
         return self._predict(ctx, self.normalizer.normalize("action", actions))
+
+    def predict_with_disagreement(self, ctx: Context, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Raw actions (N, T, A) -> (the members' mean z_hat (N, T, D), their disagreement (N, T)).
+
+        The disagreement is the variance across the dynamics members in the normalised latent space, averaged over
+        its dimensions; zero for a one-member model.
+        """
+        actions_n = self.normalizer.normalize("action", actions)
+        rows = actions_n.shape[0]
+        members = self.dynamics.member_predictions(
+            self._latent(ctx, rows), actions_n, ctx.dynamics_kv, self._mask_for(ctx, rows)
+        )
+        return members.mean(0), disagreement(members)
 
     def score(
         self,

@@ -52,6 +52,10 @@ class PlannerConfig:
     # ms of the call (the longest iteration so far as the estimate). None: always run every iteration (exactly
     # reproducible; with a budget the number of iterations depends on the machine's speed at that moment).
     budget_ms: float | None = None
+    # Disagreement-aware scoring (PETS/MOPO): with an ensemble world model, each step's score loses this weight
+    # times the members' disagreement (their variance in the normalised latent space, discounted like the
+    # rewards), so a wide search stays away from chunks the model does not know. 0: off (and no member cost).
+    disagreement_weight: float = 0.0
 
     def __post_init__(self) -> None:
         checks = [
@@ -65,6 +69,7 @@ class PlannerConfig:
             (self.horizon >= 1, "horizon must be >= 1"),
             (0 < self.discount <= 1, "discount must be in (0, 1]"),
             (self.num_threads >= 0, "num_threads must be >= 0"),
+            (self.disagreement_weight >= 0, "disagreement_weight must be >= 0"),
             (self.budget_ms is None or self.budget_ms > 0, "budget_ms must be > 0 (or null: no deadline)"),
         ]
         for ok, message in checks:

@@ -154,8 +154,14 @@ class Planner:
             last = step
 
     def _evaluate_eager(self, ctx: Context, actions: Tensor, command: Tensor) -> Tensor:
-        latents = self.model.predict(ctx, actions)
+        weight = self.config.disagreement_weight
+        if weight > 0:
+            latents, spread = self.model.predict_with_disagreement(ctx, actions)
+        else:
+            latents = self.model.predict(ctx, actions)
         rewards, values = self.model.score(ctx, latents, actions, command, last_value_only=True)
+        if weight > 0:
+            rewards = rewards - weight * spread
         return rewards @ self._discounts + self._terminal * values[:, -1]
 
     def _previous_action(self, prev_action: Tensor | None, elapsed: int, flags: list[str]) -> Tensor | None:

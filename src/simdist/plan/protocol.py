@@ -22,7 +22,11 @@ class Context(Protocol):
 
 @runtime_checkable
 class PlanningModel(Protocol):
-    """The world-model API the planner plans through (implemented by `simdist.model.WorldModel`)."""
+    """The world-model API the planner plans through (implemented by `simdist.model.WorldModel`).
+
+    A planner with `disagreement_weight` > 0 also calls `predict_with_disagreement(ctx, actions)` ->
+    (latents (N,T,D), disagreement (N,T) >= 0), which an ensemble model provides.
+    """
 
     horizon: int
     act_dim: int

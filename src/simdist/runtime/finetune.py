@@ -203,14 +203,10 @@ def split_real(
 # -- the loss ------------------------------------------------------------------------------------------------------
 
 
-def latent_predictions(
+def _context_and_target(
     model: WorldModel, batch: WindowBatch, *, train_encoder: bool = False
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(predicted z_hat(t+1..t+T), target E(o(t+1..t+T))), each (B, T, D).
-
-    Gradients reach only the dynamics, unless `train_encoder` (full finetuning) lets them reach the context too;
-    the target is always detached, as in pretraining.
-    """
+) -> tuple[Context, torch.Tensor]:
+    """The windows' context (gradients reach it only with `train_encoder`) and the detached target E(o(t+1..t+T))."""
     n = model.normalizer
     with torch.set_grad_enabled(train_encoder and torch.is_grad_enabled()):
         latent = model.encoder(n.normalize("obs", batch.obs), batch.image)
@@ -220,14 +216,51 @@ def latent_predictions(
         )
     with torch.no_grad():
         target = model.encoder(n.normalize("obs", batch.future_obs), batch.future_image)
-    ctx = Context(latent, tokens, key_mask, model.dynamics.cross_kv(tokens), [])
-    return model._predict(ctx, n.normalize("action", batch.actions)), target
+    return Context(latent, tokens, key_mask, model.dynamics.cross_kv(tokens), []), target
+
+
+def latent_predictions(
+    model: WorldModel, batch: WindowBatch, *, train_encoder: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(predicted z_hat(t+1..t+T), target E(o(t+1..t+T))), each (B, T, D); an ensemble predicts its mean.
+
+    Gradients reach only the dynamics, unless `train_encoder` (full finetuning) lets them reach the context too;
+    the target is always detached, as in pretraining.
+    """
+    ctx, target = _context_and_target(model, batch, train_encoder=train_encoder)
+    return model._predict(ctx, model.normalizer.normalize("action", batch.actions)), target
 
 
 def latent_errors(model: WorldModel, batch: WindowBatch, *, train_encoder: bool = False) -> torch.Tensor:
     """(B, T) squared latent error per future step (see `latent_predictions` for where gradients go)."""
     predicted, target = latent_predictions(model, batch, train_encoder=train_encoder)
     return (predicted - target).pow(2).mean(-1)
+
+
+def training_loss(
+    model: WorldModel,
+    batch: WindowBatch,
+    generator: torch.Generator,
+    *,
+    train_encoder: bool = False,
+) -> torch.Tensor:
+    """The latent-consistency loss every dynamics member trains on.
+
+    One member: the masked mean squared error. An ensemble: each member's own error, each window weighted by a
+    Poisson(1) draw per member (the online bootstrap), so the members see different resamples of the data and
+    keep disagreeing where the data say nothing.
+    """
+    dynamics = model.dynamics
+    if dynamics.members == 1:
+        return masked_mean(latent_errors(model, batch, train_encoder=train_encoder), batch)
+    ctx, target = _context_and_target(model, batch, train_encoder=train_encoder)
+    members = dynamics.member_predictions(
+        ctx.latent, model.normalizer.normalize("action", batch.actions), ctx.dynamics_kv, ctx.key_mask
+    )
+    errors = (members - target).pow(2).mean(-1)  # (K, B, T)
+    rate = torch.ones(errors.shape[:2])
+    weights = torch.poisson(rate, generator=generator)[..., None] * batch.future_mask.float()
+    return ((errors * weights).sum((1, 2)) / weights.sum((1, 2)).clamp_min(1.0)).mean()
 
 
 def masked_mean(errors: torch.Tensor, batch: WindowBatch) -> torch.Tensor:
@@ -321,6 +354,7 @@ def finetune(
     warmup = min(options.warmup_steps, max(1, total // 4))
     n_sim = round(options.batch_size * options.sim_share) if sim is not None else 0
     rng = np.random.default_rng(options.seed)
+    bootstrap = torch.Generator().manual_seed(options.seed)
     step = 0
     while step < total:
         lr = learning_rate(step, peak=options.lr, final=options.lr, warmup=warmup, total=total)
@@ -331,7 +365,7 @@ def finetune(
             assert sim is not None
             batch = _concat(batch, sim.sample(n_sim, rng))
         trained.train()
-        loss = masked_mean(latent_errors(model, batch, train_encoder=full), batch)
+        loss = training_loss(model, batch, bootstrap, train_encoder=full)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, options.grad_clip)
