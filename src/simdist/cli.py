@@ -21,6 +21,10 @@ VERBS: dict[str, tuple[str, str]] = {
         "simdist.runtime.finetune",
         "finetune the dynamics on run bags; publish a validated version",
     ),
+    "ensemble": (
+        "simdist.runtime.ensemble",
+        "a world model with K dynamics members, the new ones trained on simulation runs",
+    ),
     "adapt": ("simdist.runtime.adapt", "rounds of deploy, finetune, hot swap and evaluation on sim:PROFILE"),
     "experiment": (
         "simdist.experiment.run",

@@ -38,7 +38,9 @@ def _context(model: WorldModel):
 def test_identical_members_have_zero_disagreement_and_their_mean_is_member_zero() -> None:
     model = _model(members=3)
     for member in model.dynamics.extra:
-        member.load_state_dict({k: v for k, v in model.dynamics.state_dict().items() if not k.startswith("extra.")})
+        member.load_state_dict(
+            {k: v for k, v in model.dynamics.state_dict().items() if not k.startswith("extra.")}
+        )
     ctx = _context(model)
     actions = torch.randn(5, model.horizon, A)
     with torch.no_grad():

@@ -241,3 +241,30 @@ def test_split_real_gives_three_disjoint_sets_even_from_one_episode() -> None:
         sets = [set(train.tolist()), set(select.tolist()), set(decide.tolist())]
         assert all(sets) and not (sets[0] & sets[1] or sets[0] & sets[2] or sets[1] & sets[2])
         assert sum(map(len, sets)) == len(source.episode_ids())
+
+
+def test_finetuning_an_ensemble_changes_every_member_and_nothing_else(
+    go2_model: Path, tmp_path: Path
+) -> None:
+    from simdist.model.checkpoint import with_dynamics_members
+
+    ensemble = with_dynamics_members(go2_model, tmp_path / "ensemble", 3, seed=1)
+    source, start = load_checkpoint(go2_model).state_dict(), load_checkpoint(ensemble).state_dict()
+    shared = {k for k in source if not k.startswith("dynamics.")}
+    assert all(
+        torch.equal(source[k], start[k]) for k in source
+    )  # shared weights and member 0 are the source's
+    assert not torch.equal(start["dynamics.extra.0.action.weight"], start["dynamics.extra.1.action.weight"])
+    report = finetune(ensemble, _bags(go2_model, tmp_path / "bags", runs=2), QUICK)
+    assert report.published
+    end = load_checkpoint(ensemble).state_dict()
+    changed = {k for k in end if not torch.equal(start[k], end[k])}
+    assert changed and all(k.startswith("dynamics.") for k in changed)
+    assert not changed & shared
+    members = {
+        "member 0": "dynamics.decoder.",
+        "member 1": "dynamics.extra.0.",
+        "member 2": "dynamics.extra.1.",
+    }
+    assert all(any(k.startswith(prefix) for k in changed) for prefix in members.values())
+    assert current_version(go2_model) == 0  # the source model is never touched

@@ -10,7 +10,6 @@ never from adaptation results. Writes calibration.json in --out (atomically) and
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,9 @@ def _expert_policy(cfg: TaskConfig, expert: Path | None) -> Any:
         from simdist.sim.peg_search import search_action
 
         def act(obs: dict[str, np.ndarray]) -> np.ndarray:
-            return search_action(obs["proprio"], obs["command"], 1.0, cfg.peg.action_scale_m, cfg.peg.action_scale_rad)
+            return search_action(
+                obs["proprio"], obs["command"], 1.0, cfg.peg.action_scale_m, cfg.peg.action_scale_rad
+            )
 
         return act
     return None
@@ -104,10 +105,17 @@ def measure(
     rows: list[dict[str, Any]] = []
     sim_planner = planner_on("sim", {})
     sim_expert = expert_on("sim", {})
-    log(f"sim: zero-shot {sim_planner['value']:.3f}" + (f", expert {sim_expert['value']:.3f}" if sim_expert else ""))
+    log(
+        f"sim: zero-shot {sim_planner['value']:.3f}"
+        + (f", expert {sim_expert['value']:.3f}" if sim_expert else "")
+    )
     for value in values:
         extra = {key: value}
-        row: dict[str, Any] = {param: value, "planner": planner_on(profile, extra), "expert": expert_on(profile, extra)}
+        row: dict[str, Any] = {
+            param: value,
+            "planner": planner_on(profile, extra),
+            "expert": expert_on(profile, extra),
+        }
         row["planner_share"] = row["planner"]["value"] / max(sim_planner["value"], 1e-9)
         if row["expert"] is not None and sim_expert is not None:
             row["expert_share"] = row["expert"]["value"] / max(sim_expert["value"], 1e-9)

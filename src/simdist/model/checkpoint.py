@@ -110,7 +110,9 @@ def with_dynamics_members(source: str | Path, out: str | Path, members: int, *, 
     state.update(model.state_dict())  # every shared weight and member 0; the new members keep their init
     ensemble.load_state_dict(state, strict=True)
     extra = {**description.get("extra", {}), "ensemble_of": str(root), "ensemble_seed": seed}
-    return save_checkpoint(ensemble, dest, task=description["task"], data_hash=description["data_hash"], extra=extra)
+    return save_checkpoint(
+        ensemble, dest, task=description["task"], data_hash=description["data_hash"], extra=extra
+    )
 
 
 def save_weights(folder: str | Path, model: WorldModel) -> None:

@@ -28,7 +28,9 @@ class ModelConfig:
     mlp_ratio: int = 4
     dynamics_layers: int = 2
     dynamics_heads: int = 8
-    dynamics_members: int = 1  # an ensemble of dynamics decoders on the shared encoder (disagreement-aware planning)
+    dynamics_members: int = (
+        1  # an ensemble of dynamics decoders on the shared encoder (disagreement-aware planning)
+    )
     head_layers: int = 1
     head_heads: int = 4
     policy_layers: int = 4

@@ -127,7 +127,9 @@ class WorldModel(nn.Module):
         """Raw actions (N, T, A) -> predicted latents z_hat t+1..t+T (N, T, D)."""
         return self._predict(ctx, self.normalizer.normalize("action", actions))
 
-    def predict_with_disagreement(self, ctx: Context, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def predict_with_disagreement(
+        self, ctx: Context, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Raw actions (N, T, A) -> (the members' mean z_hat (N, T, D), their disagreement (N, T)).
 
         The disagreement is the variance across the dynamics members in the normalised latent space, averaged over

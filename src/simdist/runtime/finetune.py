@@ -62,7 +62,9 @@ class FinetuneOptions:
     sim_share: float = 0.0
     seed: int = 0
     threads: int = 0  # torch threads (0: leave torch's choice)
-    trainable: str = "dynamics"  # "dynamics" (SimDist) or "all" (the full-finetuning baseline)
+    # "dynamics" (SimDist: every dynamics member), "all" (the full-finetuning baseline), or "new_members" (an
+    # ensemble's members 1..K-1 only, member 0 kept: how `simdist ensemble` trains fresh members)
+    trainable: str = "dynamics"
 
 
 @dataclasses.dataclass
@@ -290,8 +292,8 @@ def _concat(a: WindowBatch, b: WindowBatch) -> WindowBatch:
     return WindowBatch(**fields)
 
 
-def _frozen_state(model: WorldModel) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in model.state_dict().items() if not k.startswith("dynamics.")}
+def _frozen_state(model: WorldModel, trained_prefix: str) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items() if not k.startswith(trained_prefix)}
 
 
 # -- finetuning ----------------------------------------------------------------------------------------------------
@@ -330,11 +332,18 @@ def finetune(
         raise BagError(f"{Path(bags[0])}: too few steps for training and held-out windows")
     sim = _sim_sampler(options, model)
 
-    if options.trainable not in ("dynamics", "all"):
-        raise ConfigError(f"trainable must be 'dynamics' or 'all', got '{options.trainable}'")
+    trainable = {"all": model, "dynamics": model.dynamics, "new_members": model.dynamics.extra}
+    if options.trainable not in trainable:
+        raise ConfigError(f"trainable must be one of {', '.join(trainable)}, got '{options.trainable}'")
     full = options.trainable == "all"
-    frozen = {} if full else _frozen_state(model)
-    trained: torch.nn.Module = model if full else model.dynamics
+    trained: torch.nn.Module = trainable[options.trainable]
+    frozen = (
+        {}
+        if full
+        else _frozen_state(model, "dynamics.extra." if trained is model.dynamics.extra else "dynamics.")
+    )
+    if not list(trained.parameters()):
+        raise ConfigError("trainable 'new_members' needs a model with more than one dynamics member")
     for p in model.parameters():
         p.requires_grad_(False)
     params = list(trained.parameters())
