@@ -117,23 +117,31 @@ def test_rl_finetune_changes_the_actor(tiny_run, expert_dir: Path) -> None:  # t
     assert mlp and all(not np.array_equal(after[k].numpy(), expert[k].numpy()) for k in mlp)
 
 
-def test_full_finetune_changes_non_dynamics_weights_and_simdist_does_not(tiny_run, base_model: Path) -> None:  # type: ignore[no-untyped-def]
+def test_full_finetune_changes_non_dynamics_weights_in_a_model_of_its_own_and_simdist_does_not(
+    tiny_run, base_model: Path
+) -> None:  # type: ignore[no-untyped-def]
     from simdist.model.checkpoint import current_version, read_dynamics
 
     _, out = tiny_run
     base = load_file(str(base_model / "weights.safetensors"))
     simdist_dir = out / "seed_0" / "simdist" / "model"
-    full_dir = out / "seed_0" / "full_finetune" / "model"
+    start_dir = out / "seed_0" / "full_finetune" / "model"  # its copy of the pretrained model
+    rounds = sorted((out / "seed_0" / "full_finetune").glob("model_*"))  # one new model per published round
+    assert rounds
+    full_dir = rounds[-1]
     simdist = load_file(str(simdist_dir / "weights.safetensors"))
     full = load_file(str(full_dir / "weights.safetensors"))
     assert set(simdist) == set(base) == set(full)
     assert all(np.array_equal(simdist[k].numpy(), base[k].numpy()) for k in base)
     changed = {k.split(".")[0] for k in base if not np.array_equal(full[k].numpy(), base[k].numpy())}
     assert {"encoder", "history_tokens"} <= changed  # the latent and the context both trained
-    for folder in (simdist_dir, full_dir):  # both published new dynamics
-        assert current_version(folder) == 1
-        new, old = read_dynamics(folder, 1), read_dynamics(folder, 0)
-        assert any(not np.array_equal(new[k].numpy(), old[k].numpy()) for k in old)
+    # the copy it started from keeps the weights its dynamics versions were trained with
+    start = load_file(str(start_dir / "weights.safetensors"))
+    assert all(np.array_equal(start[k].numpy(), base[k].numpy()) for k in base)
+    assert current_version(start_dir) == 0 and current_version(full_dir) == 0
+    assert current_version(simdist_dir) == 1
+    new, old = read_dynamics(simdist_dir, 1), read_dynamics(simdist_dir, 0)
+    assert any(not np.array_equal(new[k].numpy(), old[k].numpy()) for k in old)
     assert current_version(base_model) == 0  # the pretrained checkpoint is never modified
 
 
@@ -155,7 +163,9 @@ def test_oracle_randomisation_contains_the_profile() -> None:
     assert slope == {"randomisation.friction": [0.10, 1.2], "randomisation.latency_steps": [0, 2]}
     peg = oracle_randomisation(load_task("ur5e_peg"), "real_2026_11")
     assert peg["randomisation.latency_steps"] == [0, 2] and peg["randomisation.kp_scale"] == [0.4, 1.2]
-    assert "randomisation.latency_steps" not in oracle_randomisation(load_task("ur5e_peg"), "real")  # 1 is inside
+    assert "randomisation.latency_steps" not in oracle_randomisation(
+        load_task("ur5e_peg"), "real"
+    )  # 1 is inside
     held_out = load_task("go2_slope", {"profiles.icy": {"friction": 0.05, "slope_deg": 9.0}})
     widened = oracle_randomisation(held_out, "icy")
     assert widened == {"randomisation.friction": [0.05, 1.2], "randomisation.slope_deg": [0.0, 9.0]}

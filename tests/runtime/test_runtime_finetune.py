@@ -268,3 +268,34 @@ def test_finetuning_an_ensemble_changes_every_member_and_nothing_else(
     }
     assert all(any(k.startswith(prefix) for k in changed) for prefix in members.values())
     assert current_version(go2_model) == 0  # the source model is never touched
+
+
+def _latent_spread(model_dir: Path, episodes: list[dict[str, np.ndarray]]) -> float:
+    model = load_checkpoint(model_dir)
+    obs = torch.as_tensor(np.concatenate([e["proprio"] for e in episodes]))
+    with torch.no_grad():
+        return float(model.encoder(model.normalizer.normalize("obs", obs), None).var(0).mean())
+
+
+def test_fair_full_finetuning_keeps_its_latent_spread_and_writes_a_model_of_its_own(
+    go2_model: Path, tmp_path: Path
+) -> None:
+    import dataclasses
+
+    from simdist.errors import ConfigError
+
+    bags = _bags(go2_model, tmp_path / "bags", runs=2)
+    episodes = real_episodes(bags)
+    options = dataclasses.replace(QUICK, trainable="all", lr=3e-3, max_steps=200, eval_every=200)
+    with pytest.raises(ConfigError, match="model of its own"):
+        finetune(go2_model, bags, options)
+    spread = {"start": _latent_spread(go2_model, episodes)}
+    weights = _hash(go2_model / "weights.safetensors")
+    report = finetune(go2_model, bags, options, out=tmp_path / "full")
+    assert report.published and Path(report.model) == tmp_path / "full"
+    spread["full"] = _latent_spread(tmp_path / "full", episodes)
+    assert _hash(go2_model / "weights.safetensors") == weights and current_version(go2_model) == 0
+    assert spread["full"] > 0.5 * spread["start"], spread  # the latent keeps most of its spread
+    assert spread["full"] != spread["start"]  # and the encoder did train
+    with pytest.raises(ConfigError, match="exists"):
+        finetune(go2_model, bags, options, out=tmp_path / "full")

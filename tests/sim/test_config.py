@@ -42,4 +42,6 @@ def test_cli_bad_arguments_are_one_line_exit_2(capsys):
     assert len(err) == 1 and "error" in err[0]
     assert main(["render", "--task", "go2_slope", "--profile", "ice", "--out", "/tmp/x.png"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["simdist: error: unknown profile 'ice' for task go2_slope (valid: ptfe, ptfe_2026_11, ptfe_b, sim)"]
+    assert err == [
+        "simdist: error: unknown profile 'ice' for task go2_slope (valid: ptfe, ptfe_2026_11, ptfe_b, sim)"
+    ]

@@ -40,7 +40,9 @@ def _standing_sinkage(profile: str) -> float:
 
 def test_go2_sinks_about_2cm_on_foam_and_deeper_on_softer_foam():
     assert _standing_sinkage("sim") < 0.005
-    sinkage = {p: _standing_sinkage(p) for p in ("foam_b", "foam", "foam_2026_11")}  # time constant 0.05, 0.07, 0.11
+    sinkage = {
+        p: _standing_sinkage(p) for p in ("foam_b", "foam", "foam_2026_11")
+    }  # time constant 0.05, 0.07, 0.11
     assert 0.015 <= sinkage["foam"] <= 0.03
     assert sinkage["foam_b"] < sinkage["foam"] < sinkage["foam_2026_11"]
 

@@ -169,8 +169,12 @@ def _world_model_methods(
                 track.steps, track.data_steps = lead.steps, data_steps
                 with run.timed(track.method, "finetune"):
                     report = finetune(
-                        track.folder, bags, ecfg.finetune_options(trainable=track.trainable, seed=seed)
+                        track.folder,
+                        bags,
+                        ecfg.finetune_options(trainable=track.trainable, seed=seed),
+                        out=track.folder.parent / f"model_{i:02d}" if track.trainable == "all" else None,
                     )
+                track.folder = Path(report.model)  # full finetuning's new model of its own, else the same
                 track.note = "" if report.published else "gate refused: kept the previous version"
         for track in tracks:
             if track.steps == 0 and zero is not None:
@@ -283,8 +287,10 @@ def _prediction_view(run: _Run, base: Path) -> None:
     last = f"{run.result.points[-1]:g} min"
     models = {"pretrained (0 min)": load_checkpoint(base)}
     for method in ("simdist", "full_finetune"):
-        if (seed0 / method / "model").is_dir():
-            models[f"{method} ({last})"] = load_checkpoint(seed0 / method / "model")
+        # full finetuning writes a new model per published round (model_NN); the last one is where it ended
+        folders = sorted((seed0 / method).glob("model_*")) or [seed0 / method / "model"]
+        if folders[-1].is_dir():
+            models[f"{method} ({last})"] = load_checkpoint(folders[-1])
     if (seed0 / "oracle" / "model").is_dir():
         models["oracle pretrained (0 min)"] = load_checkpoint(Path(run.result.settings["oracle_model"]))
         models[f"oracle ({last})"] = load_checkpoint(seed0 / "oracle" / "model")

@@ -115,21 +115,6 @@ def with_dynamics_members(source: str | Path, out: str | Path, members: int, *, 
     )
 
 
-def save_weights(folder: str | Path, model: WorldModel) -> None:
-    """Replace weights.safetensors (everything but the dynamics and the normaliser) of an existing checkpoint.
-
-    Only the full-finetuning baseline does this; deployment never changes these weights (a running ModelStore
-    keeps the ones it loaded).
-    """
-    root = Path(folder)
-    task = str(read_description(root)["task"])
-    weights, _ = _split_state(model)
-    for key, value in weights.items():
-        if value.is_floating_point() and not torch.isfinite(value).all():
-            raise CheckpointError(f"refusing to save weights: key '{key}' has non-finite values")
-    _save_tensors(root / WEIGHTS_NAME, weights, {"schema_version": str(SCHEMA_VERSION), "task": task})
-
-
 def read_description(folder: str | Path) -> dict[str, Any]:
     """world_model.yaml, checked for its schema version and required keys."""
     path = Path(folder) / CONFIG_NAME

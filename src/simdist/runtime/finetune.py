@@ -7,9 +7,10 @@ real episodes: one selects the best step (early stopping), the other decides the
 unless its latent error is lower than the current one's on episodes that played no part in choosing it.
 Bags are read (and refused) before anything is written. Nothing here imports the simulator.
 
-`trainable="all"` is the full-finetuning (forgetting) baseline of `simdist experiment`: every parameter trains on
-the same loss and data (targets from the encoder with stop-gradient, as in pretraining), and a version rewrites
-weights.safetensors too, so only a freshly loaded model sees it (no hot swap).
+`trainable="all"` is the full-finetuning (forgetting) baseline of `simdist experiment`, made as strong as is
+reasonable: every parameter trains on the real windows, latent targets come from an EMA of the encoder, and the
+starting model's reward, value and policy outputs anchor the heads; it writes a model of its own (never the
+weights that the source's dynamics versions share), so only a freshly loaded model sees it (no hot swap).
 """
 
 from __future__ import annotations
@@ -28,12 +29,19 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from simdist.bags import read_episodes, schema
 from simdist.data.dataset import InMemoryEpisodes, ShardDataset
 from simdist.data.windows import WindowBatch, WindowSampler, held_out
 from simdist.errors import BagError, CheckpointError, ConfigError, DatasetError
-from simdist.model.checkpoint import current_version, load_checkpoint, publish_dynamics, save_weights
+from simdist.model.checkpoint import (
+    current_version,
+    load_checkpoint,
+    publish_dynamics,
+    read_description,
+    save_checkpoint,
+)
 from simdist.model.world_model import Context, WorldModel
 from simdist.train.schedule import learning_rate
 
@@ -65,6 +73,11 @@ class FinetuneOptions:
     # "dynamics" (SimDist: every dynamics member), "all" (the full-finetuning baseline), or "new_members" (an
     # ensemble's members 1..K-1 only, member 0 kept: how `simdist ensemble` trains fresh members)
     trainable: str = "dynamics"
+    # Full finetuning only (trainable="all"), so that the forgetting baseline is the strongest reasonable one:
+    # latent targets from an exponential moving average of the encoder (not the encoder being trained), and the
+    # starting model's reward, value and policy outputs on the same real windows as anchors (weight below).
+    target_ema: float = 0.99
+    anchor_weight: float = 1.0
 
 
 @dataclasses.dataclass
@@ -205,47 +218,36 @@ def split_real(
 # -- the loss ------------------------------------------------------------------------------------------------------
 
 
-def _context_and_target(
-    model: WorldModel, batch: WindowBatch, *, train_encoder: bool = False
-) -> tuple[Context, torch.Tensor]:
-    """The windows' context (gradients reach it only with `train_encoder`) and the detached target E(o(t+1..t+T))."""
+def _context_and_target(model: WorldModel, batch: WindowBatch) -> tuple[Context, torch.Tensor]:
+    """The windows' context (the frozen encoder's: no gradient) and the target E(o(t+1..t+T)), detached."""
     n = model.normalizer
-    with torch.set_grad_enabled(train_encoder and torch.is_grad_enabled()):
+    with torch.no_grad():
         latent = model.encoder(n.normalize("obs", batch.obs), batch.image)
         past = model.encoder.proprio(n.normalize("obs", batch.obs_hist))
         tokens, key_mask = model.history_tokens(
             past, n.normalize("action", batch.act_hist), batch.hist_mask.bool(), latent
         )
-    with torch.no_grad():
         target = model.encoder(n.normalize("obs", batch.future_obs), batch.future_image)
     return Context(latent, tokens, key_mask, model.dynamics.cross_kv(tokens), []), target
 
 
-def latent_predictions(
-    model: WorldModel, batch: WindowBatch, *, train_encoder: bool = False
-) -> tuple[torch.Tensor, torch.Tensor]:
+def latent_predictions(model: WorldModel, batch: WindowBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """(predicted z_hat(t+1..t+T), target E(o(t+1..t+T))), each (B, T, D); an ensemble predicts its mean.
 
-    Gradients reach only the dynamics, unless `train_encoder` (full finetuning) lets them reach the context too;
-    the target is always detached, as in pretraining.
+    Gradients reach only the dynamics (the cross-attention K/V are the dynamics' own projections of the frozen
+    context); the target is detached, as in pretraining.
     """
-    ctx, target = _context_and_target(model, batch, train_encoder=train_encoder)
+    ctx, target = _context_and_target(model, batch)
     return model._predict(ctx, model.normalizer.normalize("action", batch.actions)), target
 
 
-def latent_errors(model: WorldModel, batch: WindowBatch, *, train_encoder: bool = False) -> torch.Tensor:
-    """(B, T) squared latent error per future step (see `latent_predictions` for where gradients go)."""
-    predicted, target = latent_predictions(model, batch, train_encoder=train_encoder)
+def latent_errors(model: WorldModel, batch: WindowBatch) -> torch.Tensor:
+    """(B, T) squared latent error per future step."""
+    predicted, target = latent_predictions(model, batch)
     return (predicted - target).pow(2).mean(-1)
 
 
-def training_loss(
-    model: WorldModel,
-    batch: WindowBatch,
-    generator: torch.Generator,
-    *,
-    train_encoder: bool = False,
-) -> torch.Tensor:
+def training_loss(model: WorldModel, batch: WindowBatch, generator: torch.Generator) -> torch.Tensor:
     """The latent-consistency loss every dynamics member trains on.
 
     One member: the masked mean squared error. An ensemble: each member's own error, each window weighted by a
@@ -254,8 +256,8 @@ def training_loss(
     """
     dynamics = model.dynamics
     if dynamics.members == 1:
-        return masked_mean(latent_errors(model, batch, train_encoder=train_encoder), batch)
-    ctx, target = _context_and_target(model, batch, train_encoder=train_encoder)
+        return masked_mean(latent_errors(model, batch), batch)
+    ctx, target = _context_and_target(model, batch)
     members = dynamics.member_predictions(
         ctx.latent, model.normalizer.normalize("action", batch.actions), ctx.dynamics_kv, ctx.key_mask
     )
@@ -284,6 +286,34 @@ def heldout_latent_error(
     return sums / np.maximum(counts, 1.0)
 
 
+class FullFinetuneLoss:
+    """The full-finetuning baseline's loss: latent consistency against an EMA target encoder, plus the starting
+    model's reward, value and policy outputs on the same windows as anchors (so that what the heads read from the
+    encoder is not simply forgotten), all in normalised units."""
+
+    def __init__(self, model: WorldModel, options: FinetuneOptions) -> None:
+        self.teacher = copy.deepcopy(model).eval().requires_grad_(False)
+        self.target = copy.deepcopy(model.encoder).eval().requires_grad_(False)
+        self.decay, self.anchor = options.target_ema, options.anchor_weight
+
+    def __call__(self, model: WorldModel, batch: WindowBatch) -> torch.Tensor:
+        out = model(batch)
+        n = model.normalizer
+        with torch.no_grad():
+            target = self.target(n.normalize("obs", batch.future_obs), batch.future_image)
+            taught = self.teacher(batch) if self.anchor > 0 else None
+        loss = masked_mean((out["latent"] - target).pow(2).mean(-1), batch)
+        if taught is not None:
+            anchors = sum(F.mse_loss(out[k], taught[k]) for k in ("reward", "value", "action"))
+            loss = loss + self.anchor * anchors
+        return loss
+
+    @torch.no_grad()
+    def update_target(self, model: WorldModel) -> None:
+        for t, s in zip(self.target.parameters(), model.encoder.parameters(), strict=True):
+            t.lerp_(s, 1.0 - self.decay)
+
+
 def _concat(a: WindowBatch, b: WindowBatch) -> WindowBatch:
     fields = {}
     for f in dataclasses.fields(WindowBatch):
@@ -304,9 +334,14 @@ def finetune(
     bags: Sequence[str | Path],
     options: FinetuneOptions | None = None,
     *,
+    out: str | Path | None = None,
     log: Callable[[str], None] | None = None,
 ) -> FinetuneReport:
     """Finetune the current dynamics of `model_dir` on `bags`; publish the result if it passes the gate.
+
+    Full finetuning (`trainable="all"`) changes weights that every dynamics version of `model_dir` shares, so it
+    never publishes there: it writes a model of its own to `out` (required, must not exist), and the report's
+    `model` names it.
 
     Raises:
         BagError: a bag is missing, unreadable, truncated or empty, lacks a topic, or does not fit the model.
@@ -318,6 +353,11 @@ def finetune(
     if not bags:
         raise BagError("no bags given")
     folder = Path(model_dir)
+    if options.trainable == "all" and (out is None or Path(out).exists()):
+        raise ConfigError(
+            "full finetuning writes a model of its own: give a new folder as out"
+            + ("" if out is None else f" ({out} exists)")
+        )
     episodes = real_episodes(bags)  # every refusal happens here, before anything is written
     base_version = current_version(folder)
     model = load_checkpoint(folder, version=base_version).eval()
@@ -364,6 +404,7 @@ def finetune(
     n_sim = round(options.batch_size * options.sim_share) if sim is not None else 0
     rng = np.random.default_rng(options.seed)
     bootstrap = torch.Generator().manual_seed(options.seed)
+    full_loss = FullFinetuneLoss(model, options) if full else None
     step = 0
     while step < total:
         lr = learning_rate(step, peak=options.lr, final=options.lr, warmup=warmup, total=total)
@@ -374,11 +415,16 @@ def finetune(
             assert sim is not None
             batch = _concat(batch, sim.sample(n_sim, rng))
         trained.train()
-        loss = training_loss(model, batch, bootstrap, train_encoder=full)
+        if full_loss is not None:
+            loss = full_loss(model, batch)
+        else:
+            loss = training_loss(model, batch, bootstrap)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, options.grad_clip)
         optimizer.step()
+        if full_loss is not None:
+            full_loss.update_target(model)
         step += 1
         out_of_time = (
             options.max_minutes is not None and time.perf_counter() - start_time > options.max_minutes * 60
@@ -407,8 +453,21 @@ def finetune(
             {"base": base_version, "before": float(before.mean()), "after": float(after.mean())}
         )
         if full:
-            save_weights(folder, model)  # the baseline's changed encoder, history and heads
-        version = publish_dynamics(folder, model, note=note)
+            assert out is not None
+            description = read_description(folder)
+            folder = save_checkpoint(
+                model,
+                out,
+                task=description["task"],
+                data_hash=description["data_hash"],
+                extra={
+                    **description.get("extra", {}),
+                    "full_finetune_of": f"{model_dir} {_label(base_version)}",
+                },
+            )
+            version = 0
+        else:
+            version = publish_dynamics(folder, model, note=note)
         reason = f"held-out latent error {before.mean():.5f} -> {after.mean():.5f}"
     else:
         reason = (
