@@ -65,3 +65,48 @@ def test_deploy_cli_writes_a_bag(go2_model: Path, tmp_path: Path, capsys: pytest
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "ticks 60: fresh 60" in out and "missed 0" in out and str(tmp_path / "bags" / "run_01") in out
+
+
+def test_deploy_logs_a_bag_by_default_and_checks_the_task_first(
+    go2_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["deploy", "--task", "go2_slop"]) == 2  # the task, not "no world model"
+    assert "unknown task 'go2_slop'" in capsys.readouterr().err
+    args = [
+        "deploy",
+        "--task",
+        "go2_slope",
+        "--robot",
+        "sim:ptfe",
+        "--model",
+        str(go2_model),
+        "--minutes",
+        "0.01",
+    ]
+    args += [x for k, v in FAST_PLANNER.items() for x in ("--planner-set", f"{k}={v}")]
+    assert main(args) == 0
+    assert "bag: runs/bags/run_01" in capsys.readouterr().out
+    assert (tmp_path / "runs" / "bags" / "run_01" / "metadata.yaml").is_file()
+    assert main([*args, "--no-bag"]) == 0
+    assert "bag:" not in capsys.readouterr().out and not (tmp_path / "runs" / "bags" / "run_02").exists()
+
+
+def test_adapt_refuses_an_existing_out_folder(
+    go2_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "taken").mkdir()
+    args = [
+        "adapt",
+        "--task",
+        "go2_slope",
+        "--profile",
+        "ptfe",
+        "--model",
+        str(go2_model),
+        "--out",
+        str(tmp_path / "taken"),
+    ]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "already exists" in err

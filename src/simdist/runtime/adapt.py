@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from simdist.cli import add_overrides_argument
+from simdist.errors import ConfigError
 from simdist.runtime.deploy import DeployLoop, resolve_model, run_deploy
 from simdist.runtime.finetune import FinetuneOptions
 from simdist.runtime.store import ModelStore
@@ -243,6 +244,10 @@ def run(args: argparse.Namespace) -> int:
     load_task(args.task, overrides).profile(args.profile)  # a bad task or profile fails before any work
     model = resolve_model(args.task, args.model)
     out = args.out or _next_out(Path("runs") / "adapt")
+    if out.exists():
+        raise ConfigError(
+            f"--out {out} already exists: choose a new folder (the run writes a copy of the model there)"
+        )
     options = FinetuneOptions(
         max_steps=args.max_steps,
         max_minutes=args.max_minutes or None,

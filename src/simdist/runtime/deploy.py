@@ -267,7 +267,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--lock-memory", action="store_true", help="real time: mlockall, no page faults during a tick"
     )
     parser.add_argument("--minutes", type=float, default=1.0, help="robot time to run (default 1)")
-    parser.add_argument("--bag-dir", type=Path, default=None, help="write the run as run_NN in this folder")
+    parser.add_argument(
+        "--bag-dir",
+        type=Path,
+        default=Path("runs/bags"),
+        help="write the run as run_NN here (default runs/bags)",
+    )
+    parser.add_argument("--no-bag", action="store_true", help="log nothing")
     parser.add_argument("--planner", default="cpu", help="config/planner/<name>.yaml (default cpu)")
     parser.add_argument(
         "--planner-set", dest="planner_overrides", action="append", default=[], metavar="KEY=VALUE"
@@ -302,6 +308,7 @@ def run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     overrides = parse_overrides(args.overrides)
+    load_task(args.task, overrides)  # an unknown task or key is its own one-line error, before the model's
     folder = resolve_model(args.task, args.model)
     console = Console(stderr=True)
     mode = "real time" if args.realtime or not args.robot.startswith("sim") else "lockstep"
@@ -319,7 +326,7 @@ def run(args: argparse.Namespace) -> int:
         folder,
         seconds=args.minutes * 60.0,
         realtime=args.realtime,
-        bag_dir=args.bag_dir,
+        bag_dir=None if args.no_bag else args.bag_dir,
         overrides=overrides,
         planner=args.planner,
         planner_overrides=parse_overrides(args.planner_overrides),
