@@ -63,7 +63,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--members", type=int, default=5)
     parser.add_argument("--bag", dest="bags", action="append", type=Path, default=None, help="train on these")
     parser.add_argument("--sim-minutes", type=float, default=5.0, help="else collect this much on sim")
-    parser.add_argument("--max-minutes", type=float, default=8.0, help="training wall-clock budget")
+    parser.add_argument(
+        "--max-steps",
+        type=int,
+        default=3000,
+        help="training steps (a count, so the result does not depend on load)",
+    )
+    parser.add_argument("--max-minutes", type=float, default=0.0, help="training wall-clock budget (0: none)")
     parser.add_argument("--lr", type=float, default=1e-3, help="fresh members learn from scratch")
     parser.add_argument("--seed", type=int, default=0)
     add_overrides_argument(parser)
@@ -77,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
         FinetuneOptions(),
         lr=args.lr,
         warmup_steps=200,
-        max_minutes=args.max_minutes,
+        max_steps=args.max_steps,
+        max_minutes=args.max_minutes or None,
         seed=args.seed,
         threads=1,
         trainable="new_members",
