@@ -13,7 +13,7 @@ from simdist.model import WorldModel, load_model_config
 from simdist.model.dynamics import Dynamics, disagreement
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plan"))
-from plan_toys import PointContext, PointMass  # noqa: E402
+from plan_toys import PointContext, PointMass, planner_config  # noqa: E402
 
 OBS, A, C = 6, 3, 2
 
@@ -95,22 +95,10 @@ class Unsure(PointMass):
 
 
 def test_the_planner_stays_away_from_what_the_ensemble_disagrees_on() -> None:
-    from simdist.plan import Planner, PlannerConfig
+    from simdist.plan import Planner
 
     goal = torch.tensor([2.0, 0.0])
-    config = PlannerConfig(
-        num_samples=256,
-        num_policy_samples=0,
-        policy_std=0.05,
-        iterations=8,
-        elites=32,
-        temperature=0.25,
-        init_std=2.0,
-        min_std=0.01,
-        horizon=4,
-        discount=0.99,
-        keep_elites=True,
-    )
+    config = planner_config(num_policy_samples=0, iterations=8)
     finals = {}
     for weight in (0.0, 1.0):
         model = Unsure(horizon=4, effort=0.1)

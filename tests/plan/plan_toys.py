@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -69,3 +70,23 @@ class PointMass:
         lhs = lower.T @ weights @ lower + self.effort * torch.diag(discounts)
         rhs = lower.T @ weights @ (goal - start).double().reshape(1, -1).expand(horizon, -1)
         return torch.linalg.solve(lhs, rhs).float()
+
+
+def planner_config(**changes: object):
+    """A thorough MPPI config for the toys (many samples and iterations), with `changes` applied."""
+    from simdist.plan import PlannerConfig
+
+    base = PlannerConfig(
+        num_samples=256,
+        num_policy_samples=8,
+        policy_std=0.05,
+        iterations=12,
+        elites=32,
+        temperature=0.25,
+        init_std=2.0,
+        min_std=0.01,
+        horizon=4,
+        discount=0.99,
+        keep_elites=True,
+    )
+    return dataclasses.replace(base, **changes)

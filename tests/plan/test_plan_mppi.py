@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
-from plan_toys import PointContext, PointMass
+from plan_toys import PointContext, PointMass, planner_config
 
 from simdist.errors import ConfigError
 from simdist.plan import ActionLimits, Planner, PlannerConfig, PlanningModel
@@ -16,20 +14,7 @@ GOAL = torch.tensor([1.5, -1.0])
 
 
 def config(**changes: object) -> PlannerConfig:
-    base = PlannerConfig(
-        num_samples=256,
-        num_policy_samples=8,
-        policy_std=0.05,
-        iterations=12,
-        elites=32,
-        temperature=0.25,
-        init_std=2.0,
-        min_std=0.01,
-        horizon=4,
-        discount=0.99,
-        keep_elites=True,
-    )
-    return dataclasses.replace(base, **changes)
+    return planner_config(**changes)
 
 
 def tick(planner: Planner, model: PointMass, start: torch.Tensor = START, **kwargs: object):

@@ -47,7 +47,7 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "no such bag" in capsys.readouterr().err
 
 
-def test_deploy_cli_writes_a_bag(go2_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def _deploy_args(model: Path, minutes: str) -> list[str]:
     args = [
         "deploy",
         "--task",
@@ -55,13 +55,15 @@ def test_deploy_cli_writes_a_bag(go2_model: Path, tmp_path: Path, capsys: pytest
         "--robot",
         "sim:ptfe",
         "--model",
-        str(go2_model),
+        str(model),
         "--minutes",
-        "0.02",
-        "--bag-dir",
-        str(tmp_path / "bags"),
+        minutes,
     ]
-    args += [x for k, v in FAST_PLANNER.items() for x in ("--planner-set", f"{k}={v}")]
+    return args + [x for k, v in FAST_PLANNER.items() for x in ("--planner-set", f"{k}={v}")]
+
+
+def test_deploy_cli_writes_a_bag(go2_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = [*_deploy_args(go2_model, "0.02"), "--bag-dir", str(tmp_path / "bags")]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "ticks 60: fresh 60" in out and "missed 0" in out and str(tmp_path / "bags" / "run_01") in out
