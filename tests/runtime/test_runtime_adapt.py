@@ -75,18 +75,7 @@ def test_deploy_logs_a_bag_by_default_and_checks_the_task_first(
     monkeypatch.chdir(tmp_path)
     assert main(["deploy", "--task", "go2_slop"]) == 2  # the task, not "no world model"
     assert "unknown task 'go2_slop'" in capsys.readouterr().err
-    args = [
-        "deploy",
-        "--task",
-        "go2_slope",
-        "--robot",
-        "sim:ptfe",
-        "--model",
-        str(go2_model),
-        "--minutes",
-        "0.01",
-    ]
-    args += [x for k, v in FAST_PLANNER.items() for x in ("--planner-set", f"{k}={v}")]
+    args = _deploy_args(go2_model, "0.01")
     assert main(args) == 0
     assert "bag: runs/bags/run_01" in capsys.readouterr().out
     assert (tmp_path / "runs" / "bags" / "run_01" / "metadata.yaml").is_file()
