@@ -48,7 +48,6 @@ class Dynamics(DynamicsMember):
         super().__init__(act_dim, latent_dim, horizon, layers, heads, mlp_ratio)
         if members < 1:
             raise ValueError(f"dynamics members must be >= 1, got {members}")
-        self.layers = layers
         self.extra = nn.ModuleList(
             DynamicsMember(act_dim, latent_dim, horizon, layers, heads, mlp_ratio) for _ in range(members - 1)
         )
@@ -71,7 +70,7 @@ class Dynamics(DynamicsMember):
         self, latent: torch.Tensor, actions: torch.Tensor, kv: list[KV], key_mask: torch.Tensor | None
     ) -> torch.Tensor:
         """z_t (N, D) and normalised actions (N, T, A) -> each member's z_hat t+1..t+T, (K, N, T, D)."""
-        L = self.layers
+        L = len(self.decoder.blocks)  # each member's K/V entries in `kv`
         return torch.stack(
             [
                 DynamicsMember.forward(m, latent, actions, kv[i * L : (i + 1) * L], key_mask)
