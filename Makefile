@@ -11,7 +11,7 @@ $(BIN)/simdist: pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# torch first and pinned: the local CPU wheel, never a CUDA download.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test,hardware]'
+	$(BIN)/pip install -q -e '.[test,hardware,ros]'
 	# the Go2 SDK without its opencv-python requirement (it would replace opencv-python-headless's cv2)
 	$(BIN)/pip install -q --no-deps unitree-sdk2py-dimos==1.0.3
 	$(BIN)/pip install -q cyclonedds==11.0.1

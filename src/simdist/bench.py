@@ -12,6 +12,7 @@ TARGETS: dict[str, str] = {
     "sim": "simdist.sim.bench",
     "data": "simdist.data.bench",
     "planner": "simdist.plan.bench",
+    "ros": "simdist_bringup.bench",  # the ROS packages (a checkout's src/ or a colcon install) and rclpy
 }
 
 
@@ -49,7 +50,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def _ros_packages() -> None:
+    """Make a checkout's ROS packages importable (a colcon install already is); one clear error without rclpy."""
+    import sys
+    from pathlib import Path
+
+    from simdist.errors import ConfigError
+
+    src = Path(__file__).resolve().parents[1]
+    for name in ("simdist_nodes", "simdist_finetune", "simdist_bringup"):
+        if (src / name / "setup.py").is_file() and str(src / name) not in sys.path:
+            sys.path.insert(0, str(src / name))
+    try:
+        import rclpy  # noqa: F401
+
+        import simdist_bringup  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(
+            f"bench ros needs rclpy and the SimDist ROS packages ({exc}); `make setup` installs them"
+        ) from None
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.what == "ros":
+        _ros_packages()
     module = importlib.import_module(TARGETS[args.what])
     result: dict[str, Any] = module.bench(args)
     print(json.dumps(result) if args.json else module.summary(result))

@@ -19,6 +19,7 @@ from simdist_nodes.planner_io import RemoteActuator, TickPublisher, TopicRobot, 
 from simdist_nodes.robot_bridge import RobotBridge
 
 from simdist.bags import read_episodes, read_topics, schema
+from simdist.errors import BagError
 from simdist.hardware.sim_robot import SimRobot
 from simdist.model.checkpoint import load_checkpoint, publish_dynamics
 from simdist.plan.config import load_planner_config, task_action_limits
@@ -133,7 +134,7 @@ def test_sim_robot_planner_and_logger_over_topics(task: str, model_for, tmp_path
     assert bridge.commands == ticks and len(stats.episodes) >= 2
     assert [e["episode"] for e in stats.episodes] == list(range(len(stats.episodes)))
     assert bag is not None and bag.name == "run_01"
-    assert logger.written == ticks and logger.dropped == 0  # the last tick is written at close
+    assert logger.written == ticks and logger.lost == 0 and logger.events_lost == 0
     episodes = read_episodes(bag)
     assert len(episodes) == len(stats.episodes) + 1  # the open one is closed with the bag
     assert sum(len(e["proprio"]) for e in episodes) == ticks
@@ -150,40 +151,125 @@ def test_sim_robot_planner_and_logger_over_topics(task: str, model_for, tmp_path
     assert bridge.holds == 1
 
 
-def test_bridge_watchdog_holds_once_when_commands_stop() -> None:
+@pytest.mark.parametrize("dampable", [True, False], ids=["go2_damps", "ur5e_holds"])
+def test_bridge_watchdog_holds_then_stops_safely_when_commands_stop(dampable: bool) -> None:
     messages = StrictMessages("humble")
     clock = [0.0]
+    calls: list[str] = []
+    published: list[tuple[str, Any]] = []
 
     class Actuator:
-        holds = 0
-
         def apply(self, action: Any, state: Any, now: float) -> Any:
             from simdist.runtime.actuation import Actuation
 
+            calls.append("apply")
             return Actuation()
 
         def hold(self) -> None:
-            Actuator.holds += 1
+            calls.append("hold")
 
     class Robot:
         def read(self) -> None:
             return None
 
+    class DampingRobot(Robot):
+        def damp(self) -> None:
+            calls.append("damp")
+
     bridge = RobotBridge(
         messages,
-        lambda t, m: None,
-        robot=Robot(),
+        lambda topic, msg: published.append((topic, msg)),
+        robot=DampingRobot() if dampable else Robot(),
         robot_kind="go2",
         actuator=Actuator(),
         command=lambda: np.zeros(3, np.float32),
         watchdog_s=0.1,
+        stop_s=1.0,
         clock=lambda: clock[0],
     )
-    assert not bridge.check_watchdog()  # nothing to guard before the first command
-    bridge.on_command(messages.roundtrip(conversions.vector_msg(messages, np.ones(12), "action")))
+    action = messages.roundtrip(conversions.vector_msg(messages, np.ones(12), "action"))
+    assert bridge.check_watchdog() is None  # nothing to guard before the first command
+    bridge.on_command(action)
     clock[0] = 0.05
-    assert not bridge.check_watchdog()
+    assert bridge.check_watchdog() is None
     clock[0] = 0.2
-    assert bridge.check_watchdog() and Actuator.holds == 1
+    assert bridge.check_watchdog() == "hold" and calls == ["apply", "hold"]
     clock[0] = 0.5
-    assert not bridge.check_watchdog() and Actuator.holds == 1  # held once, not every period
+    assert bridge.check_watchdog() is None and calls == ["apply", "hold"]  # held once, not every period
+    bridge.on_command(action)  # commands come back: the hold ends
+    assert bridge.stage is None and calls[-1] == "apply"
+    clock[0] = 0.65
+    assert bridge.check_watchdog() == "hold"
+    clock[0] = 1.4  # 0.9 s after the last command: still holding
+    assert bridge.check_watchdog() is None
+    clock[0] = 1.6
+    assert bridge.check_watchdog() == "safe_stop"
+    assert calls[-1] == ("damp" if dampable else "hold")
+    events = [conversions.event_from_msg(m) for t, m in published if t == conversions.ROBOT_EVENTS]
+    assert [(e["event"], e["stage"]) for e in events] == [("watchdog", "hold")] * 2 + [
+        ("watchdog", "safe_stop")
+    ]
+    assert events[-1]["age_s"] == pytest.approx(1.1)
+    before = len(calls)
+    bridge.on_command(action)  # the safe stop is final for this node
+    assert len(calls) == before and bridge.refused == 1
+    clock[0] = 5.0
+    assert bridge.check_watchdog() is None
+
+
+@pytest.mark.parametrize("late_join", [False, True], ids=["lost_in_flight", "logger_joins_late"])
+def test_logger_marks_lost_ticks_as_gaps_and_keeps_the_ticks_times(tmp_path: Path, late_join: bool) -> None:
+    """Ticks published by a TickPublisher, one action lost on the wire (or the first ticks missed by a logger that
+    joined late): the bag has every other tick at its own time, and the reader splits the episode at the hole."""
+    messages = StrictMessages("jazzy")
+    bus = Bus(messages, seed=3)
+    robot = SimRobot("go2_slope", "sim", seed=0)
+    publisher = TickPublisher(messages, bus.publish)
+    logger = TickLogger(tmp_path / "bags", robot="go2", joint_names=joint_names_for("go2"))
+    state = robot.read()
+    t0 = 1_800_000_000_000_000_000
+    period = 20_000_000
+    for topic, msg in conversions.state_messages(messages, "go2", state, t0):
+        logger.on_state(topic, messages.roundtrip(msg))
+    publisher.start_episode(model_version="v0000", stamp_ns=t0)
+    dropped_tick = 4 if late_join else 10
+    for k in range(30):
+        vectors = {"observation": np.full(3, k, np.float32), "action": np.full(2, -k, np.float32)}
+        publisher.append(**vectors, command=np.zeros(1, np.float32), state=state, stamp_ns=t0 + k * period)
+        if late_join and k < dropped_tick:  # published before the logger subscribed, beyond the kept history
+            bus.queues.clear()
+        elif k == dropped_tick and not late_join:
+            bus.queues[schema.ACTION].pop()  # the action of this tick never arrives
+        if not late_join or k >= dropped_tick:
+            for topic, handler in (
+                (schema.OBSERVATION, logger.on_vector),
+                (schema.ACTION, logger.on_vector),
+                (schema.COMMAND, logger.on_vector),
+            ):
+                bus.subscribers[topic] = [lambda msg, topic=topic, handler=handler: handler(topic, msg)]
+            bus.subscribers[schema.EVENTS] = [logger.on_event]
+        bus.deliver()
+    publisher.end_episode(success=True, stamp_ns=t0 + 30 * period)
+    bus.deliver()
+    bag = logger.close()
+    lost = dropped_tick if late_join else 1
+    assert logger.written == 30 - lost and logger.lost == lost
+    kept = [k for k in range(30) if (k >= dropped_tick if late_join else k != dropped_tick)]
+    if late_join:  # the episode start was lost with the first ticks: the reader refuses rather than guess
+        assert logger.events_lost == 1
+        with pytest.raises(BagError, match="no episode_start"):
+            read_episodes(bag)
+        observations = read_topics(bag, [schema.OBSERVATION])[schema.OBSERVATION]
+        stamps = np.array([t for t, _ in observations])
+        # the ticks' own times (an event written at a tick's time moves the tick by 1 ns: bag times are unique)
+        np.testing.assert_allclose(stamps - t0, np.array(kept) * period, atol=10)
+        return
+    episodes = read_episodes(bag)
+    steps = np.concatenate([e["step"] for e in episodes])
+    np.testing.assert_array_equal(steps, kept)  # steps count the lost tick: no window spans the hole
+    assert [int(e["segment"][0]) for e in episodes] == [0, 1]
+    np.testing.assert_array_equal(np.concatenate([e["proprio"][:, 0] for e in episodes]), kept)
+    stamps = np.concatenate([e["timestamp_ns"] for e in episodes])
+    np.testing.assert_allclose(
+        stamps - t0, np.array(kept) * period, atol=10
+    )  # the ticks' times, not write times

@@ -91,9 +91,10 @@ def test_a_state_missing_what_the_topics_need_is_refused(messages: StrictMessage
 
 def test_tick_vectors_carry_their_tick_and_exact_values(messages: StrictMessages) -> None:
     values = np.array([0.1, -2.5, 3e-7], dtype=np.float32)
-    msg = conversions.tick_vector_msg(messages, values, "observation", 1234)
+    label = conversions.TickLabel(tick=1234, stamp_ns=1_764_000_000_123_456_789, events=7)
+    msg = conversions.tick_vector_msg(messages, values, "observation", label)
     decoded = messages.roundtrip(msg)
-    assert conversions.tick_of(decoded) == 1234
+    assert conversions.tick_of(decoded) == label
     np.testing.assert_array_equal(conversions.vector_from_msg(decoded), values)
     hold = messages.roundtrip(conversions.vector_msg(messages, [], "hold"))
     assert conversions.vector_from_msg(hold).size == 0 and conversions.tick_of(hold) is None

@@ -156,50 +156,68 @@ def test_the_expected_launch_files_exist() -> None:
     } <= names
 
 
-@pytest.mark.parametrize("path", LAUNCH_FILES, ids=lambda p: p.name)
-def test_launch_file_nodes_and_arguments(path: Path) -> None:
-    tree = ast.parse(path.read_text())
-    assert any(isinstance(n, ast.FunctionDef) and n.name == "generate_launch_description" for n in tree.body)
+def _run_launch_file(path: Path) -> Any:
+    namespace = runpy.run_path(str(path))
+    return namespace, namespace["generate_launch_description"]()
+
+
+@pytest.mark.parametrize("task", ["ur5e_peg", "go2_slope", "go2_foam"])
+def test_task_launch_file_declares_and_forwards_every_stack_argument(task: str) -> None:
+    from fake_launch import fake_launch
+    from simdist_bringup.stack import ARGUMENTS, REAL_PROFILE
+
+    with fake_launch():
+        _, description = _run_launch_file(LAUNCH_DIR / f"{task}.launch.py")
+    declared = {
+        a.args[0]: a.kwargs for a in description.args[0] if type(a).__name__ == "DeclareLaunchArgument"
+    }
+    assert set(declared) == {a.name for a in ARGUMENTS} - {"task"}
+    assert declared["profile"]["default_value"] == REAL_PROFILE[task]
+    for name, kwargs in declared.items():
+        assert len(kwargs["description"]) > 10, name
+        if "choices" in kwargs:
+            assert kwargs["default_value"] in kwargs["choices"], name
+    (include,) = [a for a in description.args[0] if type(a).__name__ == "IncludeLaunchDescription"]
+    forwarded = dict(include.kwargs["launch_arguments"])
+    assert forwarded.pop("task") == task
+    assert {k: v.args[0] for k, v in forwarded.items()} == {k: k for k in declared}
+
+
+@pytest.mark.parametrize(
+    ("values", "executables"),
+    [
+        ({"task": "go2_slope"}, ["sim_robot_node", "planner_node", "logger_node"]),
+        (
+            {"task": "ur5e_peg", "robot": "real", "camera": "0"},
+            ["proprio_node", "planner_node", "camera_node", "logger_node"],
+        ),
+        ({"task": "go2_foam", "robot": "real", "log": "false"}, ["proprio_node", "planner_node"]),
+    ],
+)
+def test_stack_launch_file_starts_the_nodes_and_shuts_down_when_a_required_one_exits(
+    values: dict[str, str], executables: list[str]
+) -> None:
+    from fake_launch import Context, fake_launch
+    from simdist_bringup.stack import ARGUMENTS
+
+    with fake_launch():
+        namespace, description = _run_launch_file(LAUNCH_DIR / "simdist_stack.launch.py")
+        declared = [a.args[0] for a in description.args[0] if type(a).__name__ == "DeclareLaunchArgument"]
+        assert declared == [a.name for a in ARGUMENTS]
+        context = Context({a.name: a.default for a in ARGUMENTS if a.default is not None} | values, REPO)
+        actions = namespace["launch_setup"](context)
+    nodes = [a for a in actions if type(a).__name__ == "Node"]
+    assert [n.kwargs["executable"] for n in nodes] == executables
     scripts = {p: set(_console_scripts(p)) for p in ("simdist_nodes", "simdist_finetune")}
-    for call in _calls(tree, "Node"):
-        kw = _keywords(call)
-        package, executable = kw["package"], kw["executable"]
-        assert isinstance(package, ast.Constant) and isinstance(executable, ast.Constant), "literal names"
-        assert executable.value in scripts.get(package.value, set()), f"{package.value}/{executable.value}"
-    declared = []
-    for call in _calls(tree, "DeclareLaunchArgument"):
-        kw = _keywords(call)
-        name = call.args[0]
-        assert isinstance(name, ast.Constant)
-        declared.append(name.value)
-        description = kw.get("description")
-        assert isinstance(description, ast.Constant) and len(description.value) > 10, name.value
-        if "choices" in kw and "default_value" in kw:
-            choices = [c.value for c in kw["choices"].elts]  # type: ignore[attr-defined]
-            assert kw["default_value"].value in choices, name.value  # type: ignore[attr-defined]
-    # every LaunchConfiguration read in the file is declared in it
-    used = {
-        c.args[0].value for c in _calls(tree, "LaunchConfiguration") if isinstance(c.args[0], ast.Constant)
-    }
-    loop_names = {
-        e.value
-        for n in ast.walk(tree)
-        if isinstance(n, ast.List)
-        for e in n.elts
-        if isinstance(e, ast.Constant)
-    }
-    assert used <= set(declared), used - set(declared)
-    assert len(declared) == len(set(declared))
-    if path.name != "simdist_stack.launch.py":
-        # a thin wrapper: includes the shared stack and forwards only arguments the stack declares
-        stack = ast.parse((LAUNCH_DIR / "simdist_stack.launch.py").read_text())
-        stack_args = {c.args[0].value for c in _calls(stack, "DeclareLaunchArgument")}
-        assert _calls(tree, "IncludeLaunchDescription") and "simdist_stack.launch.py" in path.read_text()
-        assert set(declared) <= stack_args and loop_names & stack_args
-        hardware = "robot_ip" if path.name.startswith("ur5e") else "network_interface"
-        assert hardware in declared
-        assert _calls(tree, "Node") == []
-    else:
-        assert _calls(tree, "OpaqueFunction") and _calls(tree, "FindPackageShare")
-        task = next(c for c in _calls(tree, "DeclareLaunchArgument") if c.args[0].value == "task")
-        assert "default_value" not in _keywords(task)  # required
+    for node in nodes:
+        assert node.kwargs["executable"] in scripts[node.kwargs["package"]]
+        (parameters,) = node.kwargs["parameters"]
+        assert all(isinstance(v, str | int | float | bool) for v in parameters.values())
+    handlers = [a.args[0] for a in actions if type(a).__name__ == "RegisterEventHandler"]
+    watched = {h.kwargs["target_action"].kwargs["executable"] for h in handlers}
+    assert watched == {executables[0], "planner_node"}  # the robot node and the planner
+    for handler in handlers:
+        (emit,) = handler.kwargs["on_exit"]
+        assert type(emit.kwargs["event"]).__name__ == "Shutdown"
+    planner = next(n for n in nodes if n.kwargs["executable"] == "planner_node").kwargs["parameters"][0]
+    assert planner["camera"] == ("camera_node" in executables)

@@ -111,16 +111,20 @@ def _vectors(path: Path, topic: str, messages: list[tuple[int, Any]]) -> tuple[n
 
 
 def read_episodes(bag_path: Path | str) -> list[dict[str, np.ndarray]]:
-    """One dict of per-step arrays per episode of a run, in the order the episodes were recorded.
+    """One dict of per-step arrays per episode of a run (per gap-free stretch of one), in recorded order.
 
-    Keys: `proprio` (N, O) float32 from /simdist/observation, `action` (N, A), `command` (N, C) (the latest command
-    at each step), `step` (N,) int64 from 0, `timestamp_ns` (N,) int64, `model_version` (N,) str (the model that
-    chose each action), `success` (N,) bool (the episode's outcome, repeated so every key slices alike) and
-    `episode_index` (N,) int64, the episode's number within this run (not unique across runs, hence not
-    `episode`). Episodes without steps are dropped; an episode that never ended counts as unsuccessful.
+        Keys: `proprio` (N, O) float32 from /simdist/observation, `action` (N, A), `command` (N, C) (the latest command
+        at each step), `step` (N,) int64 from 0, `timestamp_ns` (N,) int64, `model_version` (N,) str (the model that
+        chose each action), `success` (N,) bool (the episode's outcome, repeated so every key slices alike) and
+        `episode_index` (N,) int64, the episode's number within this run (not unique across runs, hence not
+        `episode`). Episodes without steps are dropped; an episode that never ended counts as unsuccessful.
 
-    Raises:
-        BagError: naming the bag and, where one is at fault, the topic.
+    A `ticks_gap` event (ticks the controller missed or the recorder lost) splits an episode: the dicts on either
+    side share `episode_index`, differ in `segment` (N,) int64, and `step` counts the lost ticks (it is the tick's
+    true step within the episode), so nothing downstream takes the steps across a hole as consecutive.
+
+        Raises:
+            BagError: naming the bag and, where one is at fault, the topic.
     """
     path = Path(bag_path)
     data = read_topics(path, REQUIRED_TOPICS)
@@ -132,6 +136,10 @@ def read_episodes(bag_path: Path | str) -> list[dict[str, np.ndarray]]:
     # Model version in force at any time: the latest run_start / episode_start / model_version that names one.
     version_t = np.array([t for t, e in events if "model_version" in e], dtype=np.int64)
     version_v = [str(e["model_version"]) for _, e in events if "model_version" in e]
+
+    gaps = [(t, e) for t, e in events if e["event"] == schema.TICKS_GAP]
+    gap_t = np.array([t for t, _ in gaps], dtype=np.int64)
+    gap_n = np.array([int(e.get("ticks", 0)) for _, e in gaps], dtype=np.int64)
 
     # Episode intervals [start, end]; an unfinished episode runs until the next start or the end of the bag.
     intervals: list[tuple[int, int, int, bool]] = []  # (index, start, end, success)
@@ -170,18 +178,28 @@ def read_episodes(bag_path: Path | str) -> list[dict[str, np.ndarray]]:
         ver_idx = np.searchsorted(version_t, step_t, side="right") - 1
         if ver_idx.size and ver_idx[0] < 0:
             raise BagError(f"{path}: topic {schema.EVENTS} names no model version before episode {index}")
-        episodes.append(
-            {
-                "proprio": obs[lo:hi],
-                "action": act[alo:ahi],
-                "command": cmd[cmd_idx],
-                "step": np.arange(n, dtype=np.int64),
-                "timestamp_ns": step_t.copy(),
-                "model_version": np.array([version_v[i] for i in ver_idx], dtype=str),
-                "success": np.full(n, success, dtype=bool),
-                "episode_index": np.full(n, index, dtype=np.int64),
-            }
-        )
+        # Gaps inside this episode: each starts a new segment at the first step after it.
+        inside = (gap_t >= start) & (gap_t <= end)
+        cuts = np.searchsorted(step_t, gap_t[inside], side="right")
+        segment = np.zeros(n, dtype=np.int64)
+        step = np.arange(n, dtype=np.int64)
+        for cut, lost in zip(cuts, gap_n[inside], strict=True):
+            segment[cut:] += 1
+            step[cut:] += lost
+        episode = {
+            "proprio": obs[lo:hi],
+            "action": act[alo:ahi],
+            "command": cmd[cmd_idx],
+            "step": step,
+            "timestamp_ns": step_t.copy(),
+            "model_version": np.array([version_v[i] for i in ver_idx], dtype=str),
+            "success": np.full(n, success, dtype=bool),
+            "episode_index": np.full(n, index, dtype=np.int64),
+            "segment": segment,
+        }
+        for seg in np.unique(segment):
+            keep = segment == seg
+            episodes.append({key: values[keep] for key, values in episode.items()})
     if not episodes:
         raise BagError(f"{path}: no control steps inside any episode (topic {schema.OBSERVATION})")
     return episodes

@@ -57,6 +57,12 @@ RUN_END = "run_end"
 EPISODE_START = "episode_start"
 EPISODE_END = "episode_end"
 MODEL_VERSION = "model_version"
+# Control ticks that are not in the bag although they happened: `ticks` of them, before the next tick written.
+# `reason` "missed": the controller skipped control periods (late); "lost": the recorder never got them.
+# The reader never joins the steps on either side of a gap into one stretch (`segment` changes).
+TICKS_GAP = "ticks_gap"
+# The robot side's watchdog acted (no fresh command): `stage` "hold" or "safe_stop", `age_s` since the last one.
+WATCHDOG = "watchdog"
 
 
 def topics_for(robot: str, *, camera: bool = False) -> tuple[str, ...]:

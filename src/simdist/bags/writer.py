@@ -125,7 +125,9 @@ class BagWriter:
         self._model_version: str | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------
-    def open(self) -> BagWriter:
+    def open(self, *, stamp_ns: int | None = None) -> BagWriter:
+        """Create the bag and write run_start (at `stamp_ns`, default now: a recorder that joins a run late gives
+        the first tick's time, so the ticks keep their own times)."""
         version = 8 if self.distro == "humble" else METADATA_VERSION[self.distro]
         try:
             writer = Writer(self.path, version=version, storage_plugin=STORAGES[self.storage])  # type: ignore[arg-type]
@@ -142,6 +144,7 @@ class BagWriter:
             )
         self.event(
             schema.RUN_START,
+            stamp_ns=stamp_ns,
             schema_version=schema.SCHEMA_VERSION,
             robot=self.robot,
             distro=self.distro,

@@ -203,18 +203,23 @@ class Go2Robot:
         target = self._last_target if self._last_target is not None else self.read().joint_positions
         self.send(JointCommand(target, kp=np.full(NUM_MOTORS, self.kp), kd=np.full(NUM_MOTORS, self.kd)))
 
+    def damp(self) -> None:
+        """Damping mode (kp 0, kd `damping_kd`): the motors only resist motion and the robot sinks down slowly.
+        The safe stop when commands stopped coming; the channels stay open, so the state is still read."""
+        if self._publisher is not None and self._latest is not None:
+            damping = JointCommand(
+                self.read().joint_positions,
+                kp=np.zeros(NUM_MOTORS),
+                kd=np.full(NUM_MOTORS, self.damping_kd),
+            )
+            self._publish(damping)
+
     def stop(self) -> None:
-        """Damping mode (kp 0, kd `damping_kd`): the robot sinks down slowly; then close the channels."""
+        """Damping mode (`damp`), then close the channels."""
         if self._stopped:
             return
         try:
-            if self._publisher is not None and self._latest is not None:
-                damping = JointCommand(
-                    self.read().joint_positions,
-                    kp=np.zeros(NUM_MOTORS),
-                    kd=np.full(NUM_MOTORS, self.damping_kd),
-                )
-                self._publish(damping)
+            self.damp()
         finally:
             self._stopped = True
             for channel in (self._subscriber, self._publisher):

@@ -79,6 +79,7 @@ class SimRobot:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._closed = False
+        self._damped = False
 
     # -- clock and episodes ---------------------------------------------------------------------------------
     @property
@@ -120,6 +121,8 @@ class SimRobot:
             )
             self._episodes += 1
             self._apply_command()
+            if self._damped:  # the reset restored the profile's gains; a damped robot stays damped
+                self._set_damping()
         self._obs = obs
         self._stamp = time.monotonic() if self.realtime else self.sim_time
 
@@ -187,6 +190,21 @@ class SimRobot:
 
     def hold(self) -> None:
         self.send_action(self.hold_action())
+
+    def damp(self, kd: float = 3.0) -> None:
+        """Go2 only: the motors' damping mode (kp 0, kd per joint, like the real robot's), until the robot is
+        stopped. The UR5e has none: its safe stop is `hold` (servoStop on the arm)."""
+        if self.robot != "go2":
+            raise NotImplementedError("only the Go2 has a damping mode; a UR5e stops with hold()")
+        with self._lock:
+            self._damped, self._damping_kd = True, float(kd)
+            self._set_damping()
+
+    def _set_damping(self) -> None:
+        model = self.env.models[0]
+        model.actuator_gainprm[:, 0] = 0.0
+        model.actuator_biasprm[:, 1] = 0.0
+        model.actuator_biasprm[:, 2] = -self._damping_kd
 
     def stop(self) -> None:
         if self._closed:

@@ -118,8 +118,13 @@ class FinetuneReport:
 
 
 def episode_id_base(bag: Path) -> int:
-    """A run's episode-id base, unique across runs: a hash of the bag's absolute path (ids are base + index)."""
+    """A run's episode-id base, unique across runs: a hash of the bag's absolute path (ids: base + stretch_id)."""
     return (zlib.crc32(str(Path(bag).resolve()).encode()) & 0x7FFFFFFF) << 20
+
+
+def stretch_id(episode: dict[str, np.ndarray]) -> int:
+    """A run-local id for one gap-free stretch of an episode (the episode's index while it has no gap)."""
+    return int(episode["episode_index"][0]) + (int(episode["segment"][0]) << 12)
 
 
 def real_episodes(bags: Sequence[str | Path]) -> list[dict[str, np.ndarray]]:
@@ -152,7 +157,7 @@ def real_episodes(bags: Sequence[str | Path]) -> list[dict[str, np.ndarray]]:
                     "reward": np.zeros(n, np.float32),
                     "value": np.zeros(n, np.float32),
                     "expert_flag": np.zeros(n, bool),
-                    "episode": np.full(n, base + int(episode["episode_index"][0]), np.int64),
+                    "episode": np.full(n, base + stretch_id(episode), np.int64),
                     "step": episode["step"].astype(np.int32),
                     "timestamp_ns": episode["timestamp_ns"],
                 }
@@ -193,7 +198,11 @@ def split_real(
     down" is never measured on the windows that chose the checkpoint. Each gets about `fraction` of the episodes
     and at least one; with fewer than three episodes the longest is cut in two until there are three.
     """
-    episodes = list(episodes)
+    episodes = [
+        e for e in episodes if len(e["proprio"]) >= 2
+    ]  # a single step (a stretch between gaps) has no window
+    if not episodes:
+        raise BagError("too little data to hold out: no episode of two steps or more")
     while len(episodes) < 3:
         longest = max(range(len(episodes)), key=lambda i: len(episodes[i]["proprio"]))
         e = episodes.pop(longest)

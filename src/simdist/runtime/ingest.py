@@ -90,13 +90,21 @@ class CameraIngest:
         if not capture.isOpened():
             raise RobotConnectionError(f"camera {source!r}: cannot open (no such device or unreachable URL)")
         self._capture = capture
+        # A video file plays at its own frame rate, as the camera it stands in for would deliver it.
+        is_file = isinstance(source, str) and "://" not in source
+        fps = float(capture.get(cv2.CAP_PROP_FPS) or 0.0) if is_file else 0.0
+        self._frame_period = 1.0 / fps if fps > 0 else 0.0
         self._thread = threading.Thread(target=self._grabber, name="camera-grabber", daemon=True)
         self._thread.start()
 
     def _grabber(self) -> None:
         import cv2
 
+        next_frame = time.monotonic()
         while not self._stop.is_set():
+            if self._frame_period:
+                next_frame += self._frame_period
+                self._stop.wait(max(0.0, next_frame - time.monotonic()))
             ok, bgr = self._capture.read()
             if not ok:  # end of a file, or the stream dropped: keep the last frame, which then goes stale
                 self._stop.wait(0.01)

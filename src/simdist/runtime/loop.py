@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from simdist.bags import schema
 from simdist.bags.writer import BagWriter
 from simdist.plan.config import ActionLimits, PlannerConfig
 from simdist.plan.mppi import Plan, Planner
@@ -199,6 +200,7 @@ class DeployLoop:
         self._episode = -1  # episode counter of this run; -1 before the first
         self._episode_open = False
         self._episode_ticks = 0
+        self._last_tick: int | None = None  # the last tick index run (a jump means periods were missed)
         self._last_plan: Plan | None = None
         self._plan_tick = 0
         self._plan_episode = -1
@@ -332,7 +334,12 @@ class DeployLoop:
         stamp = self._stamp_ns(k, now)
         deadline = now + self.deadline_fraction * self.period if deadline is None else deadline
         pending = False
+        missed = 0 if self._last_tick is None else k - self._last_tick - 1
+        self._last_tick = k
         try:
+            if missed > 0 and self.bag is not None and self._episode_open:
+                # the bag must not join the ticks either side of skipped periods as consecutive steps
+                self.bag.event(schema.TICKS_GAP, stamp_ns=stamp, ticks=missed, reason="missed")
             swapped = self.store.poll()
             if swapped is not None:
                 self.stats.swaps += 1

@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -110,45 +111,74 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def announce(model_dir: Path, version: int, wait_s: float) -> str:
-    """Publish the version on /simdist/model_version (transient local) and wait for the planner's model_version
-    event naming it. Returns a one-line outcome."""
-    import importlib
+class Announcer:
+    """The ROS side of a finetune: joins the graph before training starts, so the planner's model_version event
+    is seen however the planner learns of the new version (this announcement, or its own `dynamics/current`
+    watcher, which may swap first), then announces the version and waits for that event."""
 
-    import rclpy
-    from rclpy.executors import SingleThreadedExecutor
+    def __init__(self) -> None:
+        import importlib
 
-    from simdist.runtime.store import version_label
-    from simdist_finetune.conversions import TOPIC, TYPE, confirms, transient_local_qos, version_msg
+        import rclpy
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
-    def m(name: str) -> Any:
-        package, _, type_name = name.split("/")
-        return getattr(importlib.import_module(f"{package}.msg"), type_name)
+        from simdist_finetune.conversions import TOPIC, TYPE, transient_local_qos
 
-    label = version_label(version)
-    rclpy.init()
-    node = rclpy.create_node("finetune_dynamics")
-    confirmed: list[bool] = []
+        def m(name: str) -> Any:
+            package, _, type_name = name.split("/")
+            return getattr(importlib.import_module(f"{package}.msg"), type_name)
 
-    def on_event(msg: Any) -> None:
-        if confirms(msg, label):
-            confirmed.append(True)
+        self._m = m
+        self._rclpy = rclpy
+        rclpy.init()
+        self.node = rclpy.create_node("finetune_dynamics")
+        self.events: list[Any] = []
+        self._lock = threading.Lock()
+        self.publisher = self.node.create_publisher(m(TYPE), TOPIC, transient_local_qos())
+        # the planner's events topic is transient local (its tick topics' QoS), so a late join still sees them
+        events_qos = QoSProfile(
+            history=HistoryPolicy.KEEP_LAST,
+            depth=1000,
+            reliability=ReliabilityPolicy.RELIABLE,
+            durability=DurabilityPolicy.TRANSIENT_LOCAL,
+        )
+        self.node.create_subscription(m(schema.EVENT_TYPE), schema.EVENTS, self._on_event, events_qos)
+        self.executor = SingleThreadedExecutor()
+        self.executor.add_node(self.node)
+        self._thread = threading.Thread(target=self.executor.spin, name="finetune-ros", daemon=True)
+        self._thread.start()
 
-    try:
-        publisher = node.create_publisher(m(TYPE), TOPIC, transient_local_qos())
-        node.create_subscription(m(schema.EVENT_TYPE), schema.EVENTS, on_event, 100)
-        publisher.publish(version_msg(m, str(model_dir), version))
-        executor = SingleThreadedExecutor()
-        executor.add_node(node)
+    def _on_event(self, msg: Any) -> None:
+        with self._lock:
+            self.events.append(msg)
+
+    def confirmed(self, label: str) -> bool:
+        from simdist_finetune.conversions import confirms
+
+        with self._lock:
+            return any(confirms(msg, label) for msg in self.events)
+
+    def announce(self, model_dir: Path, version: int, wait_s: float) -> str:
+        """Publish the version on /simdist/model_version and wait for the planner's event naming it."""
+        from simdist.runtime.store import version_label
+        from simdist_finetune.conversions import version_msg
+
+        label = version_label(version)
+        self.publisher.publish(version_msg(self._m, str(model_dir), version))
         deadline = time.monotonic() + wait_s
-        while not confirmed and time.monotonic() < deadline:
-            executor.spin_once(timeout_sec=0.1)
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
-    if confirmed:
-        return f"the planner now plans with {label}"
-    return f"no planner confirmed {label} within {wait_s:g} s (a planner picks it up from dynamics/current)"
+        while not self.confirmed(label) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self.confirmed(label):
+            return f"the planner now plans with {label}"
+        return (
+            f"no planner confirmed {label} within {wait_s:g} s (a planner picks it up from dynamics/current)"
+        )
+
+    def close(self) -> None:
+        self.executor.shutdown(timeout_sec=1.0)
+        self.node.destroy_node()
+        self._rclpy.try_shutdown()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -163,20 +193,32 @@ def main(argv: Sequence[str] | None = None) -> int:
             threads=args.threads,
             seed=args.seed,
         )
-        print(f"finetuning {model_dir} on {', '.join(str(b) for b in bags)}", flush=True)
-        report = finetune(model_dir, bags, options, log=lambda line: print(line, flush=True))
     except SimdistError as exc:
         sys.stderr.write(f"finetune_dynamics: error: {exc}\n")
         return exc.exit_code
-    if report.version is None:
-        print(f"nothing published: {report.reason}")
-        return 0
-    print(f"published v{report.version:04d}: {report.reason}; report {report.report_json}", flush=True)
     try:
-        print(announce(model_dir, report.version, args.wait))
+        announcer: Announcer | None = Announcer()
     except ImportError:
-        print("rclpy not available: not announced (a running planner picks it up from dynamics/current)")
-    return 0
+        announcer = None
+    try:
+        print(f"finetuning {model_dir} on {', '.join(str(b) for b in bags)}", flush=True)
+        try:
+            report = finetune(model_dir, bags, options, log=lambda line: print(line, flush=True))
+        except SimdistError as exc:
+            sys.stderr.write(f"finetune_dynamics: error: {exc}\n")
+            return exc.exit_code
+        if report.version is None:
+            print(f"nothing published: {report.reason}")
+            return 0
+        print(f"published v{report.version:04d}: {report.reason}; report {report.report_json}", flush=True)
+        if announcer is None:
+            print("rclpy not available: not announced (a running planner picks it up from dynamics/current)")
+        else:
+            print(announcer.announce(model_dir, report.version, args.wait), flush=True)
+        return 0
+    finally:
+        if announcer is not None:
+            announcer.close()
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import array
 import importlib
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -109,21 +110,34 @@ def vector_from_msg(msg: Any) -> np.ndarray:
     return bag_conversions.vector_from_msg(msg)
 
 
-def tick_vector_msg(m: MessageFactory, values: Any, name: str, tick: int) -> Any:
-    """A per-tick vector (observation, action, command) labelled `name@tick`.
+@dataclass(frozen=True)
+class TickLabel:
+    """What labels one tick's vector: its number, its time and how many events came before it.
 
-    DDS orders messages per topic only; the label lets the logger join the three vectors and the events of one
-    control tick, whatever order they arrive in.
+    DDS orders messages per topic only. The tick number lets the logger join the three vectors of one control
+    tick whatever order they arrive in; `events` (the count of events the planner published before this tick)
+    tells it which events must be written before the tick; `stamp_ns` is the tick's own time.
     """
-    return vector_msg(m, values, f"{name}{TICK_SEPARATOR}{int(tick)}")
+
+    tick: int
+    stamp_ns: int
+    events: int
 
 
-def tick_of(msg: Any) -> int | None:
-    """The tick of a `tick_vector_msg`, None for an unlabelled vector."""
+def tick_vector_msg(m: MessageFactory, values: Any, name: str, label: TickLabel) -> Any:
+    """A per-tick vector (observation, action, command) labelled `name@tick@stamp_ns@events`."""
+    sep = TICK_SEPARATOR
+    return vector_msg(m, values, f"{name}{sep}{label.tick}{sep}{label.stamp_ns}{sep}{label.events}")
+
+
+def tick_of(msg: Any) -> TickLabel | None:
+    """The label of a `tick_vector_msg`, None for an unlabelled vector."""
     if not msg.layout.dim:
         return None
-    _, sep, tick = str(msg.layout.dim[0].label).rpartition(TICK_SEPARATOR)
-    return int(tick) if sep and tick.isdigit() else None
+    parts = str(msg.layout.dim[0].label).split(TICK_SEPARATOR)
+    if len(parts) != 4 or not all(p.isdigit() for p in parts[1:]):
+        return None
+    return TickLabel(tick=int(parts[1]), stamp_ns=int(parts[2]), events=int(parts[3]))
 
 
 def string_msg(m: MessageFactory, text: str) -> Any:

@@ -13,7 +13,7 @@ from simdist.sim.config import load_task
 from simdist_nodes import conversions
 from simdist_nodes.bag_logger import TickLogger
 from simdist_nodes.planner_io import joint_names_for
-from simdist_nodes.ros_common import LATEST, RELIABLE_DEEP, declare, run_node
+from simdist_nodes.ros_common import EVENTS, FRAMES, STATE_HISTORY, TICKS_RECORDED, declare, run_node
 
 
 class LoggerNode(Node):
@@ -48,8 +48,8 @@ class LoggerNode(Node):
             self.create_subscription(
                 self.m(conversions.topic_type(topic)),
                 topic,
-                lambda msg, topic=topic: self.logger.on_state(topic, msg, time.monotonic()),
-                LATEST,
+                lambda msg, topic=topic: self.logger.on_state(topic, msg),
+                STATE_HISTORY,
                 callback_group=group,
             )
         for topic in (schema.OBSERVATION, schema.ACTION, schema.COMMAND):
@@ -57,28 +57,43 @@ class LoggerNode(Node):
                 self.m(schema.VECTOR_TYPE),
                 topic,
                 lambda msg, topic=topic: self.logger.on_vector(topic, msg),
-                RELIABLE_DEEP,
+                TICKS_RECORDED,
                 callback_group=group,
             )
         self.create_subscription(
             self.m(schema.EVENT_TYPE),
             schema.EVENTS,
             self.logger.on_event,
-            RELIABLE_DEEP,
+            TICKS_RECORDED,
+            callback_group=group,
+        )
+        self.create_subscription(
+            self.m(schema.EVENT_TYPE),
+            conversions.ROBOT_EVENTS,
+            self.logger.on_robot_event,
+            EVENTS,
             callback_group=group,
         )
         if camera:
             self.create_subscription(
-                self.m(schema.IMAGE_TYPE), schema.CAMERA, self.logger.on_image, LATEST, callback_group=group
+                self.m(schema.IMAGE_TYPE), schema.CAMERA, self.logger.on_image, FRAMES, callback_group=group
             )
 
     def on_shutdown(self) -> None:
+        # Stopped together with the planner (a launch's Ctrl-C): its last ticks and final events are still on the
+        # wire; wait until nothing new came for a moment (at most 2 s), then close.
+        end = time.monotonic() + 2.0
+        seen = -1
+        while time.monotonic() < end and self.logger.received != seen:
+            seen = self.logger.received
+            time.sleep(0.3)
         path = self.logger.close()
         if path is not None:
             self.get_logger().info(
-                f"bag {path}: {self.logger.written} ticks written, {self.logger.dropped} dropped"
+                f"bag {path}: {self.logger.written} ticks written, {self.logger.lost} lost (marked as gaps), "
+                f"{self.logger.events_lost} events lost"
             )
 
 
 def main(args: list[str] | None = None) -> int:
-    return run_node(LoggerNode, threads=1, on_shutdown="on_shutdown")
+    return run_node(LoggerNode, name="simdist_logger", threads=1, on_shutdown="on_shutdown", args=args)

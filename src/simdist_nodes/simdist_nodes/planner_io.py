@@ -131,30 +131,36 @@ class RemoteActuator:
 
 
 class TickPublisher:
-    """Takes the deploy loop's bag calls and publishes them: vectors labelled with their tick, events with "tick".
+    """Takes the deploy loop's bag calls and publishes them for the logger node.
 
-    An event belongs to the tick about to be appended (the loop swaps models and opens or closes episodes at the
-    start of a tick), so its "tick" is the number of ticks published so far.
+    Every vector is labelled with its tick (the count of ticks published before it), the tick's time and the
+    count of events published before it; every event carries `seq` (its own count) and `tick` (the tick it
+    precedes). With these the logger writes each tick once it is complete, after exactly the events that came
+    before it, and can prove a tick or event lost when a later one on the same topic arrived.
     """
 
     def __init__(self, m: conversions.MessageFactory, publish: Publish) -> None:
         self._m = m
         self._publish = publish
         self.ticks = 0
+        self.events = 0
 
-    def _event(self, kind: str, stamp_ns: int | None, **fields: Any) -> None:
+    def event(self, kind: str, *, stamp_ns: int | None = None, **fields: Any) -> None:
         time_ns = time.time_ns() if stamp_ns is None else int(stamp_ns)
-        msg = conversions.event_msg(self._m, kind, tick=self.ticks, time_ns=time_ns, **fields)
+        msg = conversions.event_msg(
+            self._m, kind, tick=self.ticks, seq=self.events, time_ns=time_ns, **fields
+        )
+        self.events += 1
         self._publish(schema.EVENTS, msg)
 
     def start_episode(self, *, model_version: str, stamp_ns: int | None = None, **fields: Any) -> None:
-        self._event(schema.EPISODE_START, stamp_ns, model_version=model_version, **fields)
+        self.event(schema.EPISODE_START, stamp_ns=stamp_ns, model_version=model_version, **fields)
 
     def end_episode(self, *, success: bool, stamp_ns: int | None = None, **fields: Any) -> None:
-        self._event(schema.EPISODE_END, stamp_ns, success=bool(success), **fields)
+        self.event(schema.EPISODE_END, stamp_ns=stamp_ns, success=bool(success), **fields)
 
     def set_model_version(self, model_version: str, *, stamp_ns: int | None = None) -> None:
-        self._event(schema.MODEL_VERSION, stamp_ns, model_version=model_version)
+        self.event(schema.MODEL_VERSION, stamp_ns=stamp_ns, model_version=model_version)
 
     def append(
         self,
@@ -167,11 +173,16 @@ class TickPublisher:
         stamp_ns: int | None = None,
     ) -> None:
         """The robot node publishes the state and image itself; only the model's vectors go out here."""
+        label = conversions.TickLabel(
+            tick=self.ticks,
+            stamp_ns=time.time_ns() if stamp_ns is None else int(stamp_ns),
+            events=self.events,
+        )
         for topic, values in (
             (schema.OBSERVATION, observation),
             (schema.ACTION, action),
             (schema.COMMAND, command),
         ):
             name = topic.rsplit("/", 1)[-1]
-            self._publish(topic, conversions.tick_vector_msg(self._m, values, name, self.ticks))
+            self._publish(topic, conversions.tick_vector_msg(self._m, values, name, label))
         self.ticks += 1

@@ -10,6 +10,7 @@ at its first tick (and the planner thread one level below) until the node shuts 
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -21,6 +22,7 @@ from simdist_finetune.conversions import transient_local_qos, version_from_msg
 
 from simdist.bags import schema
 from simdist.bags.writer import BagWriter
+from simdist.errors import ConfigError
 from simdist.plan.config import load_planner_config, task_action_limits
 from simdist.runtime.deploy import default_command, resolve_model
 from simdist.runtime.ingest import CameraIngest
@@ -31,7 +33,7 @@ from simdist.runtime.store import ModelStore
 from simdist.sim.config import load_task
 from simdist_nodes import conversions
 from simdist_nodes.planner_io import RemoteActuator, TickPublisher, TopicRobot, joint_names_for
-from simdist_nodes.ros_common import LATEST, RELIABLE, declare, run_node
+from simdist_nodes.ros_common import COMMAND, EVENTS, FRAMES, STATE, TICKS, declare, run_node
 
 RATE_WARN_FACTOR = 1.5  # warn when a tick comes this many periods after the previous one
 
@@ -63,8 +65,9 @@ class PlannerNode(Node):
         folder = resolve_model(task, Path(model_dir) if model_dir else None)
         self.store = ModelStore(folder, poll_s=poll_s).start()
         if self.store.model.obs_dim != PROPRIO_DIMS[self.cfg.robot]:
-            raise SystemExit(
-                f"{folder}: a model for {self.store.model.obs_dim} observations, not a {self.cfg.robot}"
+            self.store.stop()
+            raise ConfigError(
+                f"model_dir {folder}: a model for {self.store.model.obs_dim} observations, not a {self.cfg.robot}"
             )
         self.period = 1.0 / self.cfg.control_hz
         joint_names = joint_names_for(self.cfg.robot)
@@ -76,7 +79,7 @@ class PlannerNode(Node):
         sensing = ReentrantCallbackGroup()  # each callback touches one buffer under its own lock
         control = MutuallyExclusiveCallbackGroup()
         swap = MutuallyExclusiveCallbackGroup()
-        self._publishers: dict[str, Any] = {}
+        self._topics_out: dict[str, Any] = {}
         for topic in (
             schema.OBSERVATION,
             schema.ACTION,
@@ -84,29 +87,28 @@ class PlannerNode(Node):
             schema.EVENTS,
             conversions.ROBOT_COMMAND,
         ):
-            self._publishers[topic] = self.create_publisher(
-                self.m(conversions.topic_type(topic)), topic, RELIABLE
-            )
+            qos = COMMAND if topic == conversions.ROBOT_COMMAND else TICKS
+            self._topics_out[topic] = self.create_publisher(self.m(conversions.topic_type(topic)), topic, qos)
         for topic in conversions.STATE_TOPICS[self.cfg.robot]:
             self.create_subscription(
                 self.m(conversions.topic_type(topic)),
                 topic,
                 lambda msg, topic=topic: self.robot.on_state(topic, msg),
-                LATEST,
+                STATE,
                 callback_group=sensing,
             )
         self.create_subscription(
             self.m(schema.VECTOR_TYPE),
             conversions.TASK_COMMAND,
             self.robot.on_task_command,
-            LATEST,
+            STATE,
             callback_group=sensing,
         )
         self.create_subscription(
             self.m(schema.EVENT_TYPE),
             conversions.ROBOT_EVENTS,
             self.robot.on_robot_event,
-            RELIABLE,
+            EVENTS,
             callback_group=sensing,
         )
         self.create_subscription(
@@ -120,7 +122,7 @@ class PlannerNode(Node):
         if camera:
             self._image: np.ndarray | None = None
             self.create_subscription(
-                self.m(schema.IMAGE_TYPE), schema.CAMERA, self._on_image, LATEST, callback_group=sensing
+                self.m(schema.IMAGE_TYPE), schema.CAMERA, self._on_image, FRAMES, callback_group=sensing
             )
             camera_ingest = CameraIngest(
                 lambda: self._image, width=self.cfg.camera.width, height=self.cfg.camera.height
@@ -152,11 +154,13 @@ class PlannerNode(Node):
         self._k = -1
         self._t0: float | None = None
         self._last_tick: float | None = None
+        self._tick_lock = threading.Lock()  # shutdown waits for a tick in flight, and no tick starts after it
+        self._closing = False
         self.timer = self.create_timer(self.period, self._on_timer, callback_group=control)
 
     # -- callbacks ---------------------------------------------------------------------------------------------
     def _publish(self, topic: str, msg: Any) -> None:
-        self._publishers[topic].publish(msg)
+        self._topics_out[topic].publish(msg)
 
     def _on_image(self, msg: Any) -> None:
         self._image = conversions.image_from_msg(msg)
@@ -186,6 +190,11 @@ class PlannerNode(Node):
         )
 
     def _on_timer(self) -> None:
+        with self._tick_lock:
+            if not self._closing:
+                self._control_tick()
+
+    def _control_tick(self) -> None:
         now = time.monotonic()
         if self._t0 is None:
             if not self.robot.ready:
@@ -207,6 +216,8 @@ class PlannerNode(Node):
         self.loop.tick(k, target + self.loop.deadline_fraction * self.period)
 
     def on_shutdown(self) -> None:
+        with self._tick_lock:
+            self._closing = True
         self.timer.cancel()
         self.loop.close()
         self.store.stop()
@@ -219,7 +230,7 @@ class PlannerNode(Node):
 
 def main(args: list[str] | None = None) -> int:
     # Sensing, control and the model-version callback each get a thread.
-    return run_node(PlannerNode, threads=3, on_shutdown="on_shutdown")
+    return run_node(PlannerNode, name="simdist_planner", threads=3, on_shutdown="on_shutdown", args=args)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 actuator for it; task actions in, state, task command and (simulated) episode ends out.
 
 The actuator and, on hardware, the safety filter run here, next to the robot, so a planner that stops talking
-cannot leave the robot moving: `check_watchdog` holds it once commands are older than `watchdog_s`.
+cannot leave the robot moving: `check_watchdog` holds it once commands are older than `watchdog_s` and, if none
+came by `stop_s`, stops it safely (the Go2's damping mode; the UR5e's servoStop, which is its hold). A hold ends
+when commands come back; a safe stop is final for this node (restart it to move again).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class RobotBridge:
     actuator: from `simdist.runtime.deploy.make_actuator` (SimActuator, or joint targets / servoL on hardware).
     command: the task command now (a SimRobot's episode command, or the fixed one given to a hardware run).
     watchdog_s: hold the robot when no command came for this long.
+    stop_s: stop it safely when none came for this long (counted from the last command, like `watchdog_s`).
     """
 
     def __init__(
@@ -41,6 +44,7 @@ class RobotBridge:
         actuator: Actuator,
         command: Callable[[], np.ndarray],
         watchdog_s: float = 0.25,
+        stop_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._m = m
@@ -50,45 +54,94 @@ class RobotBridge:
         self.actuator = actuator
         self.command = command
         self.watchdog_s = watchdog_s
+        self.stop_s = max(stop_s, watchdog_s)
         self._clock = clock
         self._last_command: float | None = None
-        self._holding = False
+        self.stage: str | None = None  # None (commands flowing), "hold" or "safe_stop"
         self.commands = 0
         self.holds = 0
+        self.refused = 0  # commands that came after the safe stop
+        self.hold_requests = 0  # empty commands: the planner asked for a hold (its final one among them)
+        self.first_command: float | None = None  # clock times of the first and last executed action
+        self.last_command: float | None = None
 
     def on_command(self, msg: Any) -> None:
         """A task action from the planner (empty: hold). A failure holds the robot and is logged, never raised."""
         action = conversions.vector_from_msg(msg)
+        if self.stage == "safe_stop":
+            self.refused += 1
+            if self.refused == 1:
+                log.error("robot bridge: a command came after the safe stop; ignored until the node restarts")
+            return
         self._last_command = self._clock()
+        if self.stage == "hold":
+            log.warning("robot bridge: commands are back; resuming")
+            self.stage = None
         try:
             if action.size == 0:
+                self.hold_requests += 1
                 self._hold()
                 return
             state = self.robot.read()
-            result = self.actuator.apply(action, state, self._clock())
-            self._holding = result.held
+            now = self._clock()
+            self.actuator.apply(action, state, now)
             self.commands += 1
+            self.first_command = now if self.first_command is None else self.first_command
+            self.last_command = now
         except Exception:
             log.exception("robot bridge: command failed; holding")
             self._hold()
 
     def _hold(self) -> None:
         self.holds += 1
-        self._holding = True
         try:
             self.actuator.hold()
         except Exception:  # the robot itself is failing: nothing safer to send from here
             log.exception("robot bridge: hold failed too")
 
-    def check_watchdog(self) -> bool:
-        """Hold once when commands stopped coming (after the first one). Returns True when it held now."""
-        if self._last_command is None or self._holding:
-            return False
-        if self._clock() - self._last_command > self.watchdog_s:
-            log.warning("robot bridge: no command for %.2f s; holding", self._clock() - self._last_command)
+    def _safe_stop(self) -> None:
+        damp = getattr(self.robot, "damp", None)
+        try:
+            if damp is not None:
+                try:
+                    damp()
+                    return
+                except NotImplementedError:
+                    pass
+            self.actuator.hold()
+        except Exception:
+            log.exception("robot bridge: safe stop failed")
+
+    def check_watchdog(self) -> str | None:
+        """Escalate when commands stopped coming (after the first one): hold after `watchdog_s`, safe stop after
+        `stop_s`. Returns the stage entered now (also published as a `watchdog` event and logged), else None."""
+        if self._last_command is None or self.stage == "safe_stop":
+            return None
+        age = self._clock() - self._last_command
+        if self.stage is None and age > self.watchdog_s:
+            self.stage = "hold"
             self._hold()
-            return True
-        return False
+        elif self.stage == "hold" and age > self.stop_s:
+            self.stage = "safe_stop"
+            self._safe_stop()
+        else:
+            return None
+        what = "holding" if self.stage == "hold" else "safe stop (damping on a Go2, servoStop on a UR5e)"
+        log.warning("robot bridge: no command for %.2f s; %s", age, what)
+        self._publish(
+            conversions.ROBOT_EVENTS,
+            conversions.event_msg(
+                self._m, schema.WATCHDOG, stage=self.stage, age_s=round(age, 3), time_ns=time.time_ns()
+            ),
+        )
+        return self.stage
+
+    @property
+    def command_span_s(self) -> float:
+        """Seconds from the first executed action to the last (the span the command rate is measured over)."""
+        if self.first_command is None or self.last_command is None:
+            return 0.0
+        return self.last_command - self.first_command
 
     def publish_state(self, stamp_ns: int) -> None:
         """The current measurement, the task command, and any episode end of a simulated robot."""

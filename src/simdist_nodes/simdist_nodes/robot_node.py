@@ -13,11 +13,12 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 
 from simdist.bags import schema
+from simdist.errors import ConfigError
 from simdist.runtime.deploy import default_command, make_actuator, make_robot
 from simdist.sim.config import load_task
 from simdist_nodes import conversions
 from simdist_nodes.robot_bridge import RobotBridge
-from simdist_nodes.ros_common import LATEST, RELIABLE, declare, now_ns, run_node
+from simdist_nodes.ros_common import COMMAND, EVENTS, FRAMES, STATE, declare, now_ns, run_node
 
 
 class RobotNode(Node):
@@ -37,8 +38,19 @@ class RobotNode(Node):
             self, "command", [0.0], "fixed task command; [0.0] = the sim's episode command or the default"
         )
         watchdog_s = declare(
-            self, "watchdog_s", 3.0 / self.cfg.control_hz, "hold when commands stop for this long"
+            self,
+            "watchdog_s",
+            max(5.0 / self.cfg.control_hz, 0.1),
+            "hold the robot when no command came for this long (s)",
         )
+        stop_s = declare(
+            self,
+            "stop_s",
+            1.0,
+            "then stop it safely (Go2: damping mode; UR5e: servoStop) when none came for this long (s)",
+        )
+        if not 0.0 < watchdog_s <= stop_s:
+            raise ConfigError(f"watchdog_s ({watchdog_s}) must be > 0 and at most stop_s ({stop_s})")
         self.m = conversions.ros_messages()
         self.robot = make_robot(spec, self.cfg, seed=seed if simulated else 0, realtime=True)
         if hasattr(self.robot, "start"):
@@ -53,7 +65,7 @@ class RobotNode(Node):
             command_fn = fixed.copy
         # Hardware always goes through joint targets / servoL with the safety filter; the sim takes the action.
         actuator = make_actuator(self.robot, self.cfg, command_fn, safety=not simulated)
-        self._publishers: dict[str, Any] = {}
+        self._topics_out: dict[str, Any] = {}
         topics = [
             *conversions.STATE_TOPICS[self.cfg.robot],
             conversions.TASK_COMMAND,
@@ -62,9 +74,10 @@ class RobotNode(Node):
         self.camera = simulated and bool(self.cfg.camera.enabled)
         if self.camera:
             topics.append(schema.CAMERA)
+        qos = {conversions.ROBOT_EVENTS: EVENTS, schema.CAMERA: FRAMES}
         for topic in topics:
-            self._publishers[topic] = self.create_publisher(
-                self.m(conversions.topic_type(topic)), topic, RELIABLE
+            self._topics_out[topic] = self.create_publisher(
+                self.m(conversions.topic_type(topic)), topic, qos.get(topic, STATE)
             )
         self.bridge = RobotBridge(
             self.m,
@@ -74,6 +87,7 @@ class RobotNode(Node):
             actuator=actuator,
             command=command_fn,
             watchdog_s=watchdog_s,
+            stop_s=stop_s,
         )
         commands = MutuallyExclusiveCallbackGroup()
         state = MutuallyExclusiveCallbackGroup()
@@ -81,7 +95,7 @@ class RobotNode(Node):
             self.m(schema.VECTOR_TYPE),
             conversions.ROBOT_COMMAND,
             self.bridge.on_command,
-            LATEST,
+            COMMAND,
             callback_group=commands,
         )
         self.timer = self.create_timer(1.0 / self.cfg.control_hz, self._on_timer, callback_group=state)
@@ -96,7 +110,7 @@ class RobotNode(Node):
         return f"go2:{iface}:{domain}"
 
     def _publish(self, topic: str, msg: Any) -> None:
-        self._publishers[topic].publish(msg)
+        self._topics_out[topic].publish(msg)
 
     def _on_timer(self) -> None:
         stamp = now_ns(self)
@@ -109,6 +123,11 @@ class RobotNode(Node):
         self.bridge.check_watchdog()
 
     def on_shutdown(self) -> None:
+        b = self.bridge
+        self.get_logger().info(
+            f"commands {b.commands} over {b.command_span_s:.2f} s, hold requests {b.hold_requests}, holds {b.holds}, "
+            f"watchdog stage {b.stage or 'none'}, refused {b.refused}"
+        )
         self.timer.cancel()
         try:
             self.bridge.actuator.hold()
@@ -117,8 +136,18 @@ class RobotNode(Node):
 
 
 def sim_main(args: list[str] | None = None) -> int:
-    return run_node(lambda: RobotNode("simdist_sim_robot", simulated=True), on_shutdown="on_shutdown")
+    return run_node(
+        lambda: RobotNode("simdist_sim_robot", simulated=True),
+        name="simdist_sim_robot",
+        on_shutdown="on_shutdown",
+        args=args,
+    )
 
 
 def proprio_main(args: list[str] | None = None) -> int:
-    return run_node(lambda: RobotNode("simdist_proprio", simulated=False), on_shutdown="on_shutdown")
+    return run_node(
+        lambda: RobotNode("simdist_proprio", simulated=False),
+        name="simdist_proprio",
+        on_shutdown="on_shutdown",
+        args=args,
+    )

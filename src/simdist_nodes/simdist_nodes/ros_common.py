@@ -1,70 +1,170 @@
-"""rclpy helpers the SimDist nodes share: parameters with descriptions, QoS profiles, and a clean spin."""
+"""rclpy helpers the SimDist nodes share: parameters with descriptions, the QoS of each kind of topic, and one way
+to run a node (signals, bad parameters, logging, a shutdown that publishes the final safe command first)."""
 
 from __future__ import annotations
 
+import logging
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import rclpy
 from rcl_interfaces.msg import ParameterDescriptor
-from rclpy.executors import Executor, MultiThreadedExecutor
+from rclpy.exceptions import ParameterException
+from rclpy.executors import Executor, MultiThreadedExecutor, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.signals import SignalHandlerOptions
 
 from simdist.errors import SimdistError
 
-# Reliable, as the bag's recorded QoS (rclcpp's default): the logger must get every tick.
-RELIABLE = QoSProfile(
-    history=HistoryPolicy.KEEP_LAST,
-    depth=10,
-    reliability=ReliabilityPolicy.RELIABLE,
-    durability=DurabilityPolicy.VOLATILE,
-)
-# The logger buffers more: a slow disk write must not drop ticks.
-RELIABLE_DEEP = QoSProfile(
-    history=HistoryPolicy.KEEP_LAST,
-    depth=200,
-    reliability=ReliabilityPolicy.RELIABLE,
-    durability=DurabilityPolicy.VOLATILE,
-)
-# Sensing only needs the newest sample (compatible with reliable publishers).
-LATEST = QoSProfile(
-    history=HistoryPolicy.KEEP_LAST,
-    depth=1,
-    reliability=ReliabilityPolicy.BEST_EFFORT,
-    durability=DurabilityPolicy.VOLATILE,
-)
+
+def _qos(depth: int, *, reliable: bool = True, latched: bool = False) -> QoSProfile:
+    return QoSProfile(
+        history=HistoryPolicy.KEEP_LAST,
+        depth=depth,
+        reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
+        durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE,
+    )
 
 
-def declare(node: Node, name: str, default: Any, description: str) -> Any:
-    """Declare a parameter with its description and return its value."""
-    return node.declare_parameter(name, default, ParameterDescriptor(description=description)).value
+# Robot state and commands: reliable, and only the newest matters to the controller.
+STATE = _qos(10)
+COMMAND = _qos(1)
+# The planner's per-tick vectors and events: reliable, and kept (transient local, 20 s at 50 Hz) so a logger
+# that joins after the first ticks (DDS discovery takes 1-3 s) still records the run from its first tick.
+TICKS = _qos(1000, latched=True)
+# The logger's side of TICKS: a deeper reader queue, so the replay of that history (up to 4000 messages at once)
+# is not overwritten before a busy logger takes it.
+TICKS_RECORDED = _qos(5000, latched=True)
+# Events between nodes (the robot's episode ends and watchdog stages): reliable, none dropped.
+EVENTS = _qos(100)
+# The logger's view of the state: a few seconds of it, to find the state current at each tick's time.
+STATE_HISTORY = _qos(50)
+# Camera frames: the newest only, and a lost frame is not worth a resend.
+FRAMES = _qos(1, reliable=False)
+
+
+def declare(node: Node, name: str, default: Any, description: str, *, dynamic: bool = False) -> Any:
+    """Declare a parameter with its description and return its value (`dynamic`: any type is accepted)."""
+    descriptor = ParameterDescriptor(description=description, dynamic_typing=dynamic)
+    return node.declare_parameter(name, default, descriptor).value
 
 
 def now_ns(node: Node) -> int:
     return int(node.get_clock().now().nanoseconds)
 
 
-def run_node(make: Callable[[], Node], *, threads: int = 2, on_shutdown: str | None = None) -> int:
-    """rclpy.init, build the node, spin it on a MultiThreadedExecutor until Ctrl-C, then call its `on_shutdown`."""
-    rclpy.init()
+class RosLogHandler(logging.Handler):
+    """Python logging (the core's `simdist.*` loggers) into the node's logger, hence /rosout."""
+
+    def __init__(self, node: Node) -> None:
+        super().__init__()
+        self._logger = node.get_logger()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = f"[{record.name}] {self.format(record)}"
+            if record.levelno >= logging.ERROR:
+                self._logger.error(text)
+            elif record.levelno >= logging.WARNING:
+                self._logger.warning(text)
+            elif record.levelno >= logging.INFO:
+                self._logger.info(text)
+            else:
+                self._logger.debug(text)
+        except Exception:  # logging must never take a node down
+            self.handleError(record)
+
+
+def _bridge_logging(node: Node) -> RosLogHandler:
+    handler = RosLogHandler(node)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    for name in ("simdist", "simdist_nodes", "simdist_finetune"):
+        logger = logging.getLogger(name)
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+    return handler
+
+
+def parameter_error(name: str, exc: BaseException) -> str:
+    """One line for a node that could not start: the node and, for a bad parameter, the parameter."""
+    if isinstance(exc, ParameterException):
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return f"{name}: error: bad parameter: {text}"
+    return f"{name}: error: {exc}"
+
+
+def run_node(
+    make: Callable[[], Node],
+    *,
+    name: str,
+    threads: int = 2,
+    on_shutdown: str | None = None,
+    args: list[str] | None = None,
+) -> int:
+    """Run one node as its own process: SIGINT and SIGTERM stop it cleanly (exit 0), a second signal during the
+    stop is ignored, and the node's `on_shutdown` runs while the executor still spins, so what it publishes (the
+    final hold) goes out before the context closes. A bad parameter, task or model: one line, exit 2.
+
+    rclpy's own signal handler is off: it would shut the context down before `on_shutdown` could publish.
+    """
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    stop = threading.Event()
+
+    def request_stop(signum: int, _frame: Any) -> None:
+        if stop.is_set():
+            print(f"{name}: {signal.Signals(signum).name} again while stopping; ignored", file=sys.stderr)
+        stop.set()
+
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        node = make()
-    except SimdistError as exc:  # bad parameters, task or model: one line, exit 2, as the core's CLI does
-        print(f"{getattr(make, '__name__', 'node')}: error: {exc}", file=sys.stderr)
-        rclpy.try_shutdown()
-        return 2
-    executor: Executor = MultiThreadedExecutor(num_threads=threads)
-    executor.add_node(node)
-    try:
-        executor.spin()
-    except KeyboardInterrupt:
-        pass
+        try:
+            node = make()
+        except (SimdistError, ParameterException, ValueError, SystemExit) as exc:
+            if isinstance(exc, SystemExit) and not isinstance(exc.code, str):
+                raise
+            print(parameter_error(name, exc), file=sys.stderr)
+            return 2
+        handler = _bridge_logging(node)
+        executor: Executor = (
+            SingleThreadedExecutor() if threads == 1 else MultiThreadedExecutor(num_threads=threads)
+        )
+        executor.add_node(node)
+        spinner = threading.Thread(target=executor.spin, name=f"{name}-executor", daemon=True)
+        spinner.start()
+        stopped_by = getattr(node, "stopped", None)  # a node may end itself (an Event it sets)
+        while not stop.wait(0.1):
+            if stopped_by is not None and stopped_by.is_set():
+                break
+            if not spinner.is_alive():
+                break
+        try:
+            if on_shutdown is not None:
+                getattr(node, on_shutdown)()
+            flush_publishers(node)
+        finally:
+            executor.shutdown(timeout_sec=2.0)
+            spinner.join(timeout=2.0)  # a spinning thread left at exit aborts the process in rclpy's C++ side
+            for logger_name in ("simdist", "simdist_nodes", "simdist_finetune"):
+                logging.getLogger(logger_name).removeHandler(handler)
+            node.destroy_node()
+        return 0
     finally:
-        if on_shutdown is not None:
-            getattr(node, on_shutdown)()
-        executor.shutdown()
-        node.destroy_node()
         rclpy.try_shutdown()
-    return 0
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def flush_publishers(node: Node, timeout_s: float = 1.0) -> None:
+    """Wait (bounded) until every reliable subscriber acknowledged what this node published."""
+    from rclpy.duration import Duration
+
+    for publisher in list(node.publishers):
+        try:
+            publisher.wait_for_all_acked(Duration(seconds=timeout_s))
+        except Exception:  # a publisher without reliable readers has nothing to wait for
+            pass

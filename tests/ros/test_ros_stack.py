@@ -1,0 +1,312 @@
+"""The stack as a robot runs it: each node its own process over DDS on loopback (a ROS domain per test), started
+from the same node specs and parameters as the launch file. Real time: assertions on counts, rates with generous
+margins, and the bag's contents, never on absolute times."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+rclpy = pytest.importorskip("rclpy", reason="rclpy is not installed (`pip install -e '.[ros]'`)")
+
+from simdist_bringup.processes import kill_all, ros_env, start_node, start_stack, stop_all, wait_for  # noqa: E402
+
+from simdist.bags import read_episodes, schema  # noqa: E402
+from simdist.bags.reader import read_topics  # noqa: E402
+
+RUN_S = 8.0
+
+
+def _domain() -> int:
+    return 100 + (os.getpid() * 7 + int(time.monotonic() * 1000)) % 100
+
+
+def _planner_summary(text: str) -> dict[str, int]:
+    match = re.search(r"ticks (\d+): fresh (\d+), late (\d+), held (\d+), missed (\d+), errors (\d+)", text)
+    assert match, text[-2000:]
+    return dict(
+        zip(["ticks", "fresh", "late", "held", "missed", "errors"], map(int, match.groups()), strict=True)
+    )
+
+
+def _robot_summary(text: str) -> dict[str, str]:
+    match = re.search(
+        r"commands (\d+) over ([\d.]+) s, hold requests (\d+), holds (\d+), watchdog stage (\w+)", text
+    )
+    assert match, text[-2000:]
+    return dict(zip(["commands", "span_s", "hold_requests", "holds", "stage"], match.groups(), strict=True))
+
+
+@pytest.fixture(autouse=True)
+def _no_node_outlives_its_test(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Every process a test starts is killed when the test ends, passed or failed."""
+    import simdist_bringup.processes as processes
+
+    started: dict[str, Any] = {}
+    original = processes.start_node
+
+    def tracking(*args: Any, **kwargs: Any) -> Any:
+        proc = original(*args, **kwargs)
+        started[f"{proc.name}-{proc.popen.pid}"] = proc
+        return proc
+
+    monkeypatch.setattr(processes, "start_node", tracking)
+    monkeypatch.setitem(globals(), "start_node", tracking)
+    yield
+    kill_all(started)
+
+
+def _events(bag: Path) -> list[dict]:
+    return [json.loads(m.data) for _, m in read_topics(bag, [schema.EVENTS])[schema.EVENTS]]
+
+
+@pytest.fixture(scope="module")
+def go2_run(tmp_path_factory: pytest.TempPathFactory, _templates: dict[str, Path]) -> dict:
+    """The go2_slope stack for RUN_S seconds, then stopped as an operator would: Ctrl-C to the planner first."""
+    folder = tmp_path_factory.mktemp("go2_stack")
+    bags = folder / "bags"
+    values = {"task": "go2_slope", "model_dir": str(_templates["go2_slope"]), "bag_dir": str(bags)}
+    procs = start_stack(values, folder=folder, domain=_domain())
+    try:
+        wait_for(procs["planner_node"], "warmed up", 90)
+        wait_for(procs["logger_node"], "recording", 30)
+        time.sleep(RUN_S)
+        planner_rc = stop_all({"planner_node": procs["planner_node"]})
+        time.sleep(0.5)
+        rcs = stop_all({k: v for k, v in procs.items() if k != "planner_node"}) | planner_rc
+    finally:
+        kill_all(procs)
+    return {"rcs": rcs, "out": {k: p.output() for k, p in procs.items()}, "bags": bags, "values": values}
+
+
+def test_go2_stack_records_every_tick_from_the_first_at_the_ticks_times(go2_run: dict) -> None:
+    out = go2_run["out"]
+    assert go2_run["rcs"] == {"sim_robot_node": 0, "planner_node": 0, "logger_node": 0}, out
+    planner = _planner_summary(out["planner_node"])
+    robot = _robot_summary(out["sim_robot_node"])
+    assert planner["errors"] == 0
+    # 50 Hz at the robot, generously: at least half the periods of the run got a command
+    assert planner["ticks"] + planner["missed"] > 0.5 * 50 * RUN_S
+    # keep-last 1: a command superseded before the robot node took it is dropped, never queued behind
+    sent = planner["ticks"] - planner["held"]
+    assert 0.8 * sent <= int(robot["commands"]) <= sent
+    assert int(robot["hold_requests"]) >= 1  # the planner's final hold reached the robot
+    (bag,) = sorted(go2_run["bags"].glob("run_*"))
+    match = re.search(r"(\d+) ticks written, (\d+) lost", out["logger_node"])
+    assert match and (int(match[1]), int(match[2])) == (planner["ticks"], 0)
+    episodes = read_episodes(bag)
+    assert len({int(e["episode_index"][0]) for e in episodes}) >= 2  # a random policy falls often
+    assert int(episodes[0]["episode_index"][0]) == 0 and episodes[0]["step"][0] == 0  # the first episode
+    in_episodes = sum(len(e["proprio"]) for e in episodes)
+    observations = read_topics(bag, [schema.OBSERVATION])[schema.OBSERVATION]
+    assert len(observations) == planner["ticks"] and in_episodes >= planner["ticks"] - 2
+    # each missed period is in the bag as a gap, so no stretch joins ticks across it
+    events = _events(bag)
+    gaps = [e for e in events if e["event"] == schema.TICKS_GAP]
+    assert sum(e["ticks"] for e in gaps) <= planner["missed"] and all(e["reason"] == "missed" for e in gaps)
+    # stamps are the ticks' own times: 20 ms apart within a stretch (not the logger's write times)
+    periods = np.concatenate(
+        [np.diff(e["timestamp_ns"]) / (np.diff(e["step"]) * 1e6) for e in episodes if len(e["step"]) > 1]
+    )
+    assert 14.0 < float(np.median(periods)) < 30.0, np.percentile(periods, [10, 50, 90])
+    assert float(np.percentile(periods, 5)) > 5.0  # no burst of write-time stamps
+
+
+def test_go2_planner_killed_robot_holds_then_damps_and_says_so(
+    tmp_path: Path, _templates: dict[str, Path]
+) -> None:
+    values = {
+        "task": "go2_slope",
+        "model_dir": str(_templates["go2_slope"]),
+        "bag_dir": str(tmp_path / "bags"),
+    }
+    procs = start_stack(values, folder=tmp_path, domain=_domain())
+    wait_for(procs["planner_node"], "warmed up", 90)
+    wait_for(procs["logger_node"], "recording", 30)
+    time.sleep(2.0)
+    killed_ns = time.time_ns()
+    procs["planner_node"].signal(signal.SIGKILL)
+    assert procs["planner_node"].wait() == -signal.SIGKILL
+    wait_for(procs["sim_robot_node"], "safe stop", 5.0)  # hold after 0.1 s, damping after 1 s
+    time.sleep(0.5)
+    rcs = stop_all({k: v for k, v in procs.items() if k != "planner_node"})
+    assert rcs == {"sim_robot_node": 0, "logger_node": 0}
+    robot_log = procs["sim_robot_node"].output()
+    assert "holding" in robot_log and robot_log.index("holding") < robot_log.index("safe stop")
+    assert _robot_summary(robot_log)["stage"] == "safe_stop"
+    (bag,) = sorted((tmp_path / "bags").glob("run_*"))
+    watchdog = [e for e in _events(bag) if e["event"] == schema.WATCHDOG]
+    stages = [(e["stage"], e["age_s"]) for e in watchdog if e["time_ns"] > killed_ns]
+    assert [s for s, _ in stages] == ["hold", "safe_stop"]
+    assert 0.1 <= stages[0][1] < 0.5 and 1.0 <= stages[1][1] < 1.5
+
+
+def test_stack_exits_zero_on_sigterm_and_a_double_sigint(tmp_path: Path, _templates: dict[str, Path]) -> None:
+    values = {"task": "ur5e_peg", "model_dir": str(_templates["ur5e_peg"]), "bag_dir": str(tmp_path / "bags")}
+    procs = start_stack(values, folder=tmp_path, domain=_domain())
+    wait_for(procs["planner_node"], "warmed up", 90)
+    wait_for(procs["logger_node"], "recording", 30)
+    time.sleep(2.0)
+    procs["planner_node"].signal(signal.SIGINT)
+    time.sleep(0.01)
+    procs["planner_node"].signal(signal.SIGINT)  # a terminal's Ctrl-C plus the launcher's
+    assert procs["planner_node"].wait() == 0, procs["planner_node"].output()[-2000:]
+    time.sleep(0.5)
+    rcs = stop_all({k: v for k, v in procs.items() if k != "planner_node"}, signal.SIGTERM)
+    assert rcs == {"sim_robot_node": 0, "logger_node": 0}
+    assert int(_robot_summary(procs["sim_robot_node"].output())["hold_requests"]) >= 1
+    planner = _planner_summary(procs["planner_node"].output())
+    assert f"{planner['ticks']} ticks written, 0 lost" in procs["logger_node"].output()
+
+
+@pytest.mark.parametrize(
+    ("executable", "parameter", "value"),
+    [
+        ("planner_node", "warmup_plans", "many"),
+        ("sim_robot_node", "watchdog_s", "soon"),
+        ("logger_node", "camera", "maybe"),
+        ("camera_node", "rate_hz", "fast"),
+        ("planner_node", "task", "go2_moon"),
+        ("sim_robot_node", "stop_s", "0.01"),
+    ],
+)
+def test_bad_parameter_is_one_line_naming_node_and_parameter(
+    tmp_path: Path, executable: str, parameter: str, value: str
+) -> None:
+    names = {
+        "planner_node": "simdist_planner",
+        "sim_robot_node": "simdist_sim_robot",
+        "logger_node": "simdist_logger",
+        "camera_node": "simdist_camera",
+    }
+    proc = start_node(
+        "simdist_nodes",
+        executable,
+        names[executable],
+        {},
+        folder=tmp_path,
+        domain=_domain(),
+        extra=["-p", f"{parameter}:={value}"],
+    )
+    assert proc.wait(60) == 2, proc.output()[-2000:]
+    lines = [
+        line
+        for line in proc.output().splitlines()
+        if line.strip() and "Warning" not in line and "warn(" not in line
+    ]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"{names[executable]}: error:") and (
+        parameter in lines[0] or value in lines[0]
+    )
+    assert "Traceback" not in proc.output()
+
+
+def test_camera_node_takes_a_device_index_and_streams_a_video(tmp_path: Path) -> None:
+    # `-p source:=0` is an integer to ROS: taken as device 0 (absent here), not refused as a wrong type
+    proc = start_node(
+        "simdist_nodes",
+        "camera_node",
+        "simdist_camera",
+        {},
+        folder=tmp_path,
+        domain=_domain(),
+        extra=["-p", "source:=0"],
+    )
+    assert proc.wait(30) == 2 and "simdist_camera: error: camera 0: cannot open" in proc.output()
+
+    import imageio.v2 as imageio
+
+    video = tmp_path / "clip.mp4"
+    frames = [np.full((48, 64, 3), (10 * i) % 250, np.uint8) for i in range(300)]
+    imageio.mimwrite(video, frames, fps=30)
+    domain = _domain()
+    proc = start_node(
+        "simdist_nodes",
+        "camera_node",
+        "simdist_camera",
+        {"source": str(video), "width": 32, "height": 24},
+        folder=tmp_path,
+        domain=domain,
+    )
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import Image
+
+    os.environ["ROS_DOMAIN_ID"], os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = str(domain), "LOCALHOST"
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=domain)
+    try:
+        node = rclpy.create_node("camera_probe", context=context)
+        got: list = []
+        node.create_subscription(Image, schema.CAMERA, got.append, qos_profile_sensor_data)
+        executor = rclpy.executors.SingleThreadedExecutor(context=context)
+        executor.add_node(node)
+        end = time.monotonic() + 20.0
+        while len(got) < 10 and time.monotonic() < end:
+            executor.spin_once(timeout_sec=0.1)
+        node.destroy_node()
+    finally:
+        rclpy.shutdown(context=context)
+    proc.signal(signal.SIGINT)
+    assert proc.wait(20) == 0, proc.output()[-2000:]
+    assert len(got) >= 10, proc.output()[-2000:]
+    assert (got[0].width, got[0].height, got[0].encoding) == (32, 24, "rgb8")
+    assert len({bytes(m.data[:3]) for m in got}) > 1  # the frames change: a live stream, not one frame again
+
+
+def test_finetune_process_hot_swaps_into_the_running_planner(go2_run: dict, tmp_path: Path) -> None:
+    """finetune_dynamics in its own process while the stack runs: the version goes live and the confirmation
+    reaches the finetune process; a version that does not beat the gate is refused."""
+    (bag,) = sorted(go2_run["bags"].glob("run_*"))
+    model = Path(go2_run["values"]["model_dir"])
+    values = {**go2_run["values"], "bag_dir": str(tmp_path / "bags")}
+    domain = _domain()
+    procs = start_stack(values, folder=tmp_path, domain=domain)
+    wait_for(procs["planner_node"], "warmed up", 90)
+    wait_for(procs["logger_node"], "recording", 30)
+    finetune = [
+        sys.executable,
+        "-m",
+        "simdist_finetune.finetune_dynamics",
+        "--bag",
+        str(bag),
+        "--model-dir",
+        str(model),
+    ]
+    refused = subprocess.run(
+        [*finetune, "--max-steps", "5", "--min-improvement", "0.99", "--wait", "5"],
+        env=ros_env(domain),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert refused.returncode == 0 and "nothing published" in refused.stdout, refused.stdout + refused.stderr
+    done = subprocess.run(
+        [*finetune, "--max-steps", "40", "--min-improvement", "0.0", "--wait", "20"],
+        env=ros_env(domain),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "the planner now plans with v0001" in done.stdout, done.stdout
+    time.sleep(1.0)
+    planner_rc = stop_all({"planner_node": procs["planner_node"]})
+    time.sleep(0.5)
+    rcs = stop_all({k: v for k, v in procs.items() if k != "planner_node"}) | planner_rc
+    assert set(rcs.values()) == {0}
+    planner = _planner_summary(procs["planner_node"].output())
+    assert "swaps 1" in procs["planner_node"].output() and planner["errors"] == 0
+    (new_bag,) = sorted((tmp_path / "bags").glob("run_*"))
+    versions = [e["model_version"] for e in _events(new_bag) if e["event"] == schema.MODEL_VERSION]
+    assert versions == ["v0001"]
