@@ -273,3 +273,26 @@ def test_logger_marks_lost_ticks_as_gaps_and_keeps_the_ticks_times(tmp_path: Pat
     np.testing.assert_allclose(
         stamps - t0, np.array(kept) * period, atol=10
     )  # the ticks' times, not write times
+
+
+def test_paced_thread_keeps_the_rate_and_skips_overrun_periods() -> None:
+    """Real time: 100 Hz for 0.6 s, one call overrunning three periods: the periods it overran are counted as
+    missed and not made up in a burst."""
+    import time
+
+    from simdist_nodes.ros_common import PacedThread
+
+    calls: list[int] = []
+
+    def step(k: int, target: float) -> None:
+        calls.append(k)
+        if len(calls) == 10:
+            time.sleep(0.035)  # overruns 3.5 periods
+
+    paced = PacedThread(0.01, step, "test-paced").start()
+    time.sleep(0.6)
+    paced.stop()
+    assert 35 <= len(calls) <= 62 and paced.missed >= 2
+    gaps = np.diff(calls)
+    assert gaps.min() >= 1 and (gaps > 1).sum() >= 1  # k follows the clock
+    assert len(calls) + paced.missed <= 62

@@ -96,8 +96,10 @@ def test_go2_stack_records_every_tick_from_the_first_at_the_ticks_times(go2_run:
     planner = _planner_summary(out["planner_node"])
     robot = _robot_summary(out["sim_robot_node"])
     assert planner["errors"] == 0
-    # 50 Hz at the robot, generously: at least half the periods of the run got a command
+    # 50 Hz at the robot, with a generous margin for a loaded CI machine (measured here: 50.1 Hz, 0 % missed,
+    # `simdist bench ros`)
     assert planner["ticks"] + planner["missed"] > 0.5 * 50 * RUN_S
+    assert int(robot["commands"]) / float(robot["span_s"]) > 35.0
     # keep-last 1: a command superseded before the robot node took it is dropped, never queued behind
     sent = planner["ticks"] - planner["held"]
     assert 0.8 * sent <= int(robot["commands"]) <= sent

@@ -2,10 +2,11 @@
 action on /simdist/robot_command (std_msgs/Float32MultiArray, the vector the model chose; empty = hold) and the
 tick's /simdist/observation, /simdist/action, /simdist/command and /simdist/events for the logger.
 
-A MultiThreadedExecutor runs the sensing callbacks, the control timer and the model-version callback in separate
-callback groups; the model is warmed up before control is enabled, and a warning is logged when the loop falls
-below its rate. With `rt_priority` set, each executor thread that runs the control timer is put under SCHED_FIFO
-at its first tick (and the planner thread one level below) until the node shuts down.
+One executor thread runs the sensing and model-version callbacks; control runs on its own paced thread (not an
+rclpy timer: the executor's Python overhead per timer event cost more CPU than the tick), at the control rate on
+the clock. The model is warmed up before control is enabled, and a warning is logged when the loop falls below
+its rate. With `rt_priority` set, the control thread is put under SCHED_FIFO at its first tick (and the planner
+thread one level below) until the node shuts down.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
 from simdist_finetune.conversions import transient_local_qos, version_from_msg
 
@@ -33,7 +33,16 @@ from simdist.runtime.store import ModelStore
 from simdist.sim.config import load_task
 from simdist_nodes import conversions
 from simdist_nodes.planner_io import RemoteActuator, TickPublisher, TopicRobot, joint_names_for
-from simdist_nodes.ros_common import COMMAND, EVENTS, FRAMES, STATE, TICKS, declare, run_node
+from simdist_nodes.ros_common import (
+    COMMAND,
+    EVENTS,
+    FRAMES,
+    STATE,
+    TICKS,
+    PacedThread,
+    declare,
+    run_node,
+)
 
 RATE_WARN_FACTOR = 1.5  # warn when a tick comes this many periods after the previous one
 
@@ -54,7 +63,7 @@ class PlannerNode(Node):
             self,
             "rt_priority",
             0,
-            "SCHED_FIFO priority of the control timer's thread (planner: one below); 0: off",
+            "SCHED_FIFO priority of the control thread (planner: one below); 0: off",
         )
         cpus = declare(
             self, "cpus", "", "pin the control and planner threads to these CPUs, e.g. '2-3'; '': off"
@@ -76,9 +85,6 @@ class PlannerNode(Node):
         self._fixed_command = fixed
         self._default_command = default_command(self.cfg)
 
-        sensing = ReentrantCallbackGroup()  # each callback touches one buffer under its own lock
-        control = MutuallyExclusiveCallbackGroup()
-        swap = MutuallyExclusiveCallbackGroup()
         self._topics_out: dict[str, Any] = {}
         for topic in (
             schema.OBSERVATION,
@@ -95,35 +101,29 @@ class PlannerNode(Node):
                 topic,
                 lambda msg, topic=topic: self.robot.on_state(topic, msg),
                 STATE,
-                callback_group=sensing,
             )
         self.create_subscription(
             self.m(schema.VECTOR_TYPE),
             conversions.TASK_COMMAND,
             self.robot.on_task_command,
             STATE,
-            callback_group=sensing,
         )
         self.create_subscription(
             self.m(schema.EVENT_TYPE),
             conversions.ROBOT_EVENTS,
             self.robot.on_robot_event,
             EVENTS,
-            callback_group=sensing,
         )
         self.create_subscription(
             self.m(schema.EVENT_TYPE),
             conversions.MODEL_VERSION,
             self._on_model_version,
             transient_local_qos(),
-            callback_group=swap,
         )
         camera_ingest = None
         if camera:
             self._image: np.ndarray | None = None
-            self.create_subscription(
-                self.m(schema.IMAGE_TYPE), schema.CAMERA, self._on_image, FRAMES, callback_group=sensing
-            )
+            self.create_subscription(self.m(schema.IMAGE_TYPE), schema.CAMERA, self._on_image, FRAMES)
             camera_ingest = CameraIngest(
                 lambda: self._image, width=self.cfg.camera.width, height=self.cfg.camera.height
             )
@@ -152,11 +152,10 @@ class PlannerNode(Node):
             f"control at {self.cfg.control_hz:g} Hz once the robot's state arrives"
         )
         self._k = -1
-        self._t0: float | None = None
+        self._k0: int | None = None
         self._last_tick: float | None = None
-        self._tick_lock = threading.Lock()  # shutdown waits for a tick in flight, and no tick starts after it
         self._closing = False
-        self.timer = self.create_timer(self.period, self._on_timer, callback_group=control)
+        self.control = PacedThread(self.period, self._control_tick, "simdist-control").start()
 
     # -- callbacks ---------------------------------------------------------------------------------------------
     def _publish(self, topic: str, msg: Any) -> None:
@@ -172,7 +171,7 @@ class PlannerNode(Node):
         return from_robot if from_robot is not None else self._default_command.copy()
 
     def _on_model_version(self, msg: Any) -> None:
-        """A finetune announced a version: validate it now (off the control timer); the next tick swaps it in."""
+        """A finetune announced a version: validate it (off the control thread); the next tick swaps it in."""
         try:
             announced = version_from_msg(msg)
         except ValueError as exc:
@@ -183,42 +182,41 @@ class PlannerNode(Node):
                 f"{announced['label']} is for {announced['model_dir']}, this planner uses {self.store.folder}"
             )
             return
+        # validation loads the checkpoint: off the sensing callbacks, which must keep the state fresh
+        threading.Thread(target=self._stage, args=(announced["label"],), daemon=True).start()
+
+    def _stage(self, label: str) -> None:
         staged = self.store.check()
         self.get_logger().info(
-            f"dynamics {announced['label']} announced; "
+            f"dynamics {label} announced; "
             + ("staged for the next tick" if staged is not None else "already in use, refused or staged")
         )
 
-    def _on_timer(self) -> None:
-        with self._tick_lock:
-            if not self._closing:
-                self._control_tick()
-
-    def _control_tick(self) -> None:
-        now = time.monotonic()
-        if self._t0 is None:
+    def _control_tick(self, k: int, target: float) -> None:
+        """One control period of the paced control thread (k counts periods since it started)."""
+        if self._closing:
+            return
+        if self._k0 is None:
             if not self.robot.ready:
                 self.get_logger().info("waiting for the robot node's state", throttle_duration_sec=5.0)
                 return
-            self._t0 = now
-        # The tick index follows the clock, so a late timer skips periods (counted as missed) instead of drifting.
-        k = max(self._k + 1, int((now - self._t0) / self.period + 0.5))
-        if k > self._k + 1:
-            self.loop.stats.missed += k - self._k - 1
+            self._k0 = k
+        tick = k - self._k0
+        if self._k >= 0 and tick > self._k + 1:
+            self.loop.stats.missed += tick - self._k - 1
+        now = time.monotonic()
         if self._last_tick is not None and now - self._last_tick > RATE_WARN_FACTOR * self.period:
             self.get_logger().warning(
                 f"control loop below rate: {1.0 / (now - self._last_tick):.1f} Hz of {self.cfg.control_hz:g} Hz "
                 f"(missed {self.loop.stats.missed}, late {self.loop.stats.late})",
                 throttle_duration_sec=5.0,
             )
-        self._last_tick, self._k = now, k
-        target = self._t0 + k * self.period
-        self.loop.tick(k, target + self.loop.deadline_fraction * self.period)
+        self._last_tick, self._k = now, tick
+        self.loop.tick(tick, target + self.loop.deadline_fraction * self.period)
 
     def on_shutdown(self) -> None:
-        with self._tick_lock:
-            self._closing = True
-        self.timer.cancel()
+        self._closing = True
+        self.control.stop()  # waits for a tick in flight; none starts after it
         self.loop.close()
         self.store.stop()
         s = self.loop.stats.summary()
@@ -229,8 +227,8 @@ class PlannerNode(Node):
 
 
 def main(args: list[str] | None = None) -> int:
-    # Sensing, control and the model-version callback each get a thread.
-    return run_node(PlannerNode, name="simdist_planner", threads=3, on_shutdown="on_shutdown", args=args)
+    # One executor thread for sensing and the model-version topic; control runs on its own paced thread.
+    return run_node(PlannerNode, name="simdist_planner", threads=1, on_shutdown="on_shutdown", args=args)
 
 
 if __name__ == "__main__":

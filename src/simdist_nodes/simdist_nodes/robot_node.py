@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 
 from simdist.bags import schema
@@ -18,7 +17,7 @@ from simdist.runtime.deploy import default_command, make_actuator, make_robot
 from simdist.sim.config import load_task
 from simdist_nodes import conversions
 from simdist_nodes.robot_bridge import RobotBridge
-from simdist_nodes.ros_common import COMMAND, EVENTS, FRAMES, STATE, declare, now_ns, run_node
+from simdist_nodes.ros_common import COMMAND, EVENTS, FRAMES, STATE, PacedThread, declare, now_ns, run_node
 
 
 class RobotNode(Node):
@@ -89,16 +88,11 @@ class RobotNode(Node):
             watchdog_s=watchdog_s,
             stop_s=stop_s,
         )
-        commands = MutuallyExclusiveCallbackGroup()
-        state = MutuallyExclusiveCallbackGroup()
         self.create_subscription(
-            self.m(schema.VECTOR_TYPE),
-            conversions.ROBOT_COMMAND,
-            self.bridge.on_command,
-            COMMAND,
-            callback_group=commands,
+            self.m(schema.VECTOR_TYPE), conversions.ROBOT_COMMAND, self.bridge.on_command, COMMAND
         )
-        self.timer = self.create_timer(1.0 / self.cfg.control_hz, self._on_timer, callback_group=state)
+        # State goes out on a paced thread of its own, not an rclpy timer (see PacedThread).
+        self.state_thread = PacedThread(1.0 / self.cfg.control_hz, self._on_period, "simdist-state").start()
         self.get_logger().info(f"{task} on {spec}: publishing state at {self.cfg.control_hz:g} Hz")
 
     def _hardware_spec(self) -> str:
@@ -112,7 +106,7 @@ class RobotNode(Node):
     def _publish(self, topic: str, msg: Any) -> None:
         self._topics_out[topic].publish(msg)
 
-    def _on_timer(self) -> None:
+    def _on_period(self, k: int, target: float) -> None:
         stamp = now_ns(self)
         try:
             self.bridge.publish_state(stamp)
@@ -128,7 +122,7 @@ class RobotNode(Node):
             f"commands {b.commands} over {b.command_span_s:.2f} s, hold requests {b.hold_requests}, holds {b.holds}, "
             f"watchdog stage {b.stage or 'none'}, refused {b.refused}"
         )
-        self.timer.cancel()
+        self.state_thread.stop()
         try:
             self.bridge.actuator.hold()
         finally:
@@ -139,6 +133,7 @@ def sim_main(args: list[str] | None = None) -> int:
     return run_node(
         lambda: RobotNode("simdist_sim_robot", simulated=True),
         name="simdist_sim_robot",
+        threads=1,
         on_shutdown="on_shutdown",
         args=args,
     )
@@ -148,6 +143,7 @@ def proprio_main(args: list[str] | None = None) -> int:
     return run_node(
         lambda: RobotNode("simdist_proprio", simulated=False),
         name="simdist_proprio",
+        threads=1,
         on_shutdown="on_shutdown",
         args=args,
     )
