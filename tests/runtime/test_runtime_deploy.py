@@ -144,3 +144,69 @@ def test_a_slow_planner_in_real_time_misses_ticks_and_runs_the_last_plan(
     )  # no plan met its deadline; late ticks ran the last plan's steps
     assert stats.ticks + stats.missed == 25 and stats.errors == 0
     assert sum(len(e["proprio"]) for e in read_episodes(result.bag)) == stats.ticks
+
+
+def test_real_time_warm_start_shifts_by_the_ticks_since_the_plan_it_shifts(
+    go2_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plans that take 0.3 to 2.6 control periods: every plan's warm start is shifted by exactly the ticks between
+    the tick it plans for and the tick of the plan computed before it (adopted in time or not)."""
+    from simdist.plan.mppi import Planner
+
+    original_compute, original_act = DeployLoop._compute, Planner.act
+    durations = [0.3, 0.9, 1.4, 0.95, 2.6, 0.2, 1.1]
+    computed: list[tuple[int, int]] = []
+    shifts: list[int] = []
+
+    def timed(self: DeployLoop, job):  # type: ignore[no-untyped-def]
+        time.sleep(durations[len(computed) % len(durations)] * self.period)
+        computed.append((job.tick, job.episode))
+        return original_compute(self, job)
+
+    def spy(self: Planner, ctx, command, elapsed_steps=1, **kwargs):  # type: ignore[no-untyped-def]
+        shifts.append(elapsed_steps)
+        return original_act(self, ctx, command, elapsed_steps, **kwargs)
+
+    monkeypatch.setattr(DeployLoop, "_compute", timed)
+    monkeypatch.setattr(Planner, "act", spy)
+    result = run_deploy(
+        "go2_slope", "sim:sim", go2_model, ticks=60, realtime=True, planner_overrides=FAST_PLANNER
+    )
+    assert result.stats.errors == 0 and len(computed) >= 15 and result.stats.late > 0
+    assert len(shifts) == len(computed)
+    for i in range(1, len(computed)):
+        (tick, episode), (before, before_episode) = computed[i], computed[i - 1]
+        if episode == before_episode:
+            assert shifts[i] == tick - before, (i, computed[i - 1 : i + 1], shifts[i])
+    assert max(shifts) >= 2  # some plans came late, so the next one had to skip ahead
+
+
+def test_open_then_run_starts_one_planner_thread(go2_model: Path) -> None:
+    import threading
+
+    from simdist.hardware.sim_robot import SimRobot
+    from simdist.plan.config import load_planner_config, task_action_limits
+    from simdist.runtime.deploy import default_command, make_actuator
+    from simdist.runtime.store import ModelStore
+    from simdist.sim.config import load_task
+
+    cfg = load_task("go2_slope")
+    robot = SimRobot("go2_slope", "sim", realtime=True)
+    store = ModelStore(go2_model)
+    command = default_command(cfg).copy
+    loop = DeployLoop(
+        robot=robot,
+        robot_kind="go2",
+        actuator=make_actuator(robot, cfg, command, safety=False),
+        store=store,
+        planner_config=load_planner_config("cpu", "go2", {**FAST_PLANNER, "horizon": store.model.horizon}),
+        limits=task_action_limits({"action_clip": cfg.action_clip, "robot": "go2"}),
+        command=command,
+        control_hz=cfg.control_hz,
+        realtime=True,
+    )
+    loop.open(warmup=1)
+    loop.run(ticks=5)
+    robot.stop()
+    assert [t.name for t in threading.enumerate()].count("planner") == 0  # the one thread was closed by run()
+    assert loop.stats.ticks == 5

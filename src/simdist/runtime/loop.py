@@ -84,7 +84,6 @@ class _Job:
     inputs: tuple[torch.Tensor, ...]
     image: torch.Tensor | None
     command: torch.Tensor
-    elapsed: int
     prev_action: torch.Tensor | None
     reset: bool
 
@@ -206,6 +205,7 @@ class DeployLoop:
         self._plan_episode = -1
         self._prev_action: np.ndarray | None = None
         self._needs_reset = True
+        self._computed: tuple[int, int] | None = None  # (tick, episode) of the plan the planner computed last
         self._thread: _PlanThread | None = None
         self._t0_ns = time.time_ns()
         self._t0 = 0.0
@@ -227,13 +227,19 @@ class DeployLoop:
         planner.model = job.model
         if job.reset:
             planner.reset()
+            self._computed = None
+        # The warm start shifts the plan the planner computed last, so the shift is counted from that plan's
+        # tick (not from the last plan the control thread adopted: a late one may not be adopted yet).
+        last = self._computed
+        elapsed = job.tick - last[0] if last is not None and last[1] == job.episode else 1
         with torch.inference_mode():
             ctx = job.model.context(*job.inputs, job.image)
-        return planner.act(ctx, job.command, job.elapsed, prev_action=job.prev_action)
+        plan = planner.act(ctx, job.command, max(elapsed, 1), prev_action=job.prev_action)
+        self._computed = (job.tick, job.episode)
+        return plan
 
     def _job(self, k: int, command: np.ndarray, image: np.ndarray | None) -> _Job:
         model = self.store.model
-        elapsed = k - self._plan_tick if self._last_plan is not None else 1
         image_t = None
         if image is not None and getattr(model.config, "image", None) is not None:
             image_t = torch.from_numpy(np.ascontiguousarray(image))[None]
@@ -245,7 +251,6 @@ class DeployLoop:
             inputs=self.history.tensors(),
             image=image_t,
             command=torch.from_numpy(np.asarray(command, dtype=np.float32)),
-            elapsed=max(elapsed, 0),
             prev_action=None if self._prev_action is None else torch.from_numpy(self._prev_action),
             reset=reset,
         )
@@ -269,6 +274,12 @@ class DeployLoop:
             return
         assert self._thread is not None
         submitted = False
+        while True:  # adopt what finished since the last tick first, so nothing adopted is older than it
+            try:
+                job, result, seconds = self._thread.results.get_nowait()
+            except queue.Empty:
+                break
+            self._adopt(job, result, seconds)
         while True:
             if not submitted and not self._thread.busy:  # a plan still running for an earlier tick goes first
                 self._thread.submit(self._job(k, command, image))
@@ -482,7 +493,8 @@ class DeployLoop:
             ticks if ticks is not None else (round(seconds / self.period) if seconds is not None else None)
         )
         if self.realtime:
-            self._thread = _PlanThread(self._compute, self.scheduling.planner(), self.scheduling_problems)
+            if self._thread is None:  # open() may have started it already
+                self._thread = _PlanThread(self._compute, self.scheduling.planner(), self.scheduling_problems)
             if hasattr(self.robot, "start"):
                 self.robot.start()
         self._t0, self._t0_ns = time.monotonic(), time.time_ns()
