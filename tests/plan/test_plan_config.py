@@ -70,7 +70,10 @@ def test_merge_order_overrides_and_strict_keys(tmp_path, monkeypatch) -> None:
 
 
 def test_task_action_limits() -> None:
-    assert task_action_limits({"robot": "go2", "action_clip": 4.0}) == ActionLimits(-4.0, 4.0, 1.0)
+    from simdist.sim.config import load_task
+
+    assert task_action_limits(load_task("go2_slope")) == ActionLimits(-4.0, 4.0, 1.0)
+    assert task_action_limits(load_task("ur5e_peg", {"action_max_delta": 0.2})).max_delta == 0.2
     limits = task_action_limits({"robot": "ur5e", "action_clip": 1.0, "action_max_delta": 0.2})
     assert limits == ActionLimits(-1.0, 1.0, 0.2)
     assert task_action_limits({"robot": "other"}) == ActionLimits(None, None, None)

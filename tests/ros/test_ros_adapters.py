@@ -108,7 +108,7 @@ def test_sim_robot_planner_and_logger_over_topics(task: str, model_for, tmp_path
         planner_config=load_planner_config(
             "cpu", cfg.robot, {**FAST_PLANNER, "horizon": store.model.horizon}
         ),
-        limits=task_action_limits({"action_clip": cfg.action_clip, "robot": cfg.robot}),
+        limits=task_action_limits(cfg),
         command=lambda: remote.command(),
         control_hz=cfg.control_hz,
         bag=TickPublisher(messages, bus.publish),  # type: ignore[arg-type]

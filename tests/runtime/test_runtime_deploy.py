@@ -200,7 +200,7 @@ def test_open_then_run_starts_one_planner_thread(go2_model: Path) -> None:
         actuator=make_actuator(robot, cfg, command, safety=False),
         store=store,
         planner_config=load_planner_config("cpu", "go2", {**FAST_PLANNER, "horizon": store.model.horizon}),
-        limits=task_action_limits({"action_clip": cfg.action_clip, "robot": "go2"}),
+        limits=task_action_limits(cfg),
         command=command,
         control_hz=cfg.control_hz,
         realtime=True,
@@ -210,3 +210,28 @@ def test_open_then_run_starts_one_planner_thread(go2_model: Path) -> None:
     robot.stop()
     assert [t.name for t in threading.enumerate()].count("planner") == 0  # the one thread was closed by run()
     assert loop.stats.ticks == 5
+
+
+@pytest.mark.parametrize("max_delta", [0.05, 0.3])
+def test_the_task_rate_limit_reaches_the_planner(go2_model: Path, tmp_path: Path, max_delta: float) -> None:
+    """`--set action_max_delta=X` bounds every step-to-step change of the action the robot gets."""
+    result = run_deploy(
+        "go2_slope",
+        "sim:sim",
+        go2_model,
+        ticks=40,
+        bag_dir=tmp_path / "bags",
+        overrides={"action_max_delta": max_delta},
+        planner_overrides=FAST_PLANNER,
+    )
+    for episode in read_episodes(result.bag):
+        steps = np.abs(np.diff(episode["action"], axis=0))
+        assert steps.max() <= max_delta + 1e-5
+    assert (
+        max(
+            np.abs(np.diff(e["action"], axis=0)).max()
+            for e in read_episodes(result.bag)
+            if len(e["action"]) > 1
+        )
+        > 0.5 * max_delta
+    )

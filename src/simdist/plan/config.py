@@ -123,16 +123,14 @@ def load_planner_config(name: str, robot: str, overrides: Mapping[str, Any] | No
     return build(PlannerConfig, data, "planner")
 
 
-# Largest change of an action per control step, in raw action units, until the task YAMLs carry
-# `action_max_delta`: Go2 1.0 (x 0.25 rad = 12.5 rad/s at 50 Hz, under the motors' ~30 rad/s),
-# UR5e 0.5 (half the +-1 range per 100 ms step).
-DEFAULT_MAX_DELTA = {"go2": 1.0, "ur5e": 0.5}
-
-
-def task_action_limits(task: Mapping[str, Any]) -> ActionLimits:
-    """Bounds +-`action_clip` and the rate limit `action_max_delta` (else the robot's default) of a task YAML."""
-    clip = task.get("action_clip")
-    max_delta = task.get("action_max_delta", DEFAULT_MAX_DELTA.get(str(task.get("robot"))))
+def task_action_limits(task: Any) -> ActionLimits:
+    """The planner's action limits from a task: bounds +-`action_clip` and the rate limit `action_max_delta`
+    (largest change of an action per control step, raw action units). The one place every path that plans
+    (deploy, the planner node, adapt, bench) gets them from. `task`: a TaskConfig, or a task YAML's mapping."""
+    if isinstance(task, Mapping):
+        clip, max_delta = task.get("action_clip"), task.get("action_max_delta")
+    else:
+        clip, max_delta = task.action_clip, task.action_max_delta
     return ActionLimits(
         low=None if clip is None else -float(clip),
         high=None if clip is None else float(clip),

@@ -158,7 +158,7 @@ def run_deploy(
     planner_cfg = load_planner_config(
         planner, cfg.robot, {**dict(planner_overrides or {}), "horizon": store.model.horizon}
     )
-    limits = task_action_limits({"action_clip": cfg.action_clip, "robot": cfg.robot})
+    limits = task_action_limits(cfg)
     camera_ingest = _camera(camera, robot, cfg)
     bag: BagWriter | None = None
     interrupted = False

@@ -135,7 +135,7 @@ class PlannerNode(Node):
             actuator=RemoteActuator(self.m, self._publish),
             store=self.store,
             planner_config=planner_cfg,
-            limits=task_action_limits({"action_clip": self.cfg.action_clip, "robot": self.cfg.robot}),
+            limits=task_action_limits(self.cfg),
             command=self._command,
             control_hz=self.cfg.control_hz,
             bag=cast(BagWriter, TickPublisher(self.m, self._publish)),  # publishes what a bag would record
