@@ -123,5 +123,56 @@ def test_killing_the_worker_mid_write_leaves_no_half_version(go2_model: Path, tm
     assert list_versions(go2_model) == [0] and current_version(go2_model) == 0
     assert store.label == "v0000" and store.check() is None
     leftovers = [p.name for p in (go2_model / "dynamics").iterdir()]
-    assert all(name in ("current", "v0000.safetensors") or name.endswith(".tmp") for name in leftovers)
+    assert all(
+        name in ("current", "v0000.safetensors") or name.startswith(".") and ".tmp" in name
+        for name in leftovers
+    )
     load_checkpoint(go2_model)  # the checkpoint still loads
+
+
+def test_a_version_that_fails_validation_in_any_way_is_refused_once_with_its_reason(
+    go2_model: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = ModelStore(go2_model)
+    publish_dynamics(go2_model, load_checkpoint(go2_model), note="test")
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("Expected all tensors to be on the same device")  # what a device mix-up raises
+
+    monkeypatch.setattr(type(store.model), "predict", broken)
+    with caplog.at_level("ERROR"):
+        assert store.check() is None and store.check() is None  # refused, and not retried every poll
+    refusals = [r.getMessage() for r in caplog.records if "refusing" in r.getMessage()]
+    assert len(refusals) == 1 and "same device" in refusals[0] and "v0001" in refusals[0]
+    assert store.version == 0
+
+
+def test_a_version_is_on_disk_before_current_names_it(
+    go2_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    synced: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    def replace(src: str, dst: str) -> None:
+        synced.append(f"replace {Path(dst).name}")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    publish_dynamics(go2_model, load_checkpoint(go2_model), note="test")
+    dynamics = str((go2_model / "dynamics").resolve())
+    order = [s.replace(dynamics, "DIR") for s in synced]
+    assert order == [
+        "DIR/.v0001.tmp.safetensors",  # the tensors
+        "replace v0001.safetensors",
+        "DIR",  # the folder holds the new name
+        "DIR/.current.tmp",
+        "replace current",
+        "DIR",
+    ]

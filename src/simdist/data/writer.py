@@ -7,7 +7,6 @@ An interrupted run leaves every completed shard readable and `manifest.json` des
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from simdist import atomic
 from simdist.data.schema import (
     IMAGE_SHAPE,
     MANIFEST_NAME,
@@ -33,13 +33,8 @@ from simdist.errors import DatasetError
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to a temporary name in the same folder, then os.replace (readers never see half a file)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as fh:
-        json.dump(data, fh, indent=1, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    """Write JSON durably and all at once (readers never see half a file)."""
+    atomic.write_json(path, data, sort_keys=True)
 
 
 @dataclass(frozen=True)
@@ -197,31 +192,30 @@ class ShardWriter:
         index = len(self._shards)
         name = shard_name(index)
         final = self.out / name
-        tmp = self.out / f".{name}.tmp"
         episodes = [e for e, _ in self._buffer]
         lengths = np.array([len(e["proprio"]) for e in episodes], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         total = int(offsets[-1])
         stats: dict[str, dict[str, Any]] = {}
-        with h5py.File(tmp, "w") as fh:
-            fh.attrs["schema_version"] = SCHEMA_VERSION
-            for field in episodes[0]:
-                data = np.concatenate([e[field] for e in episodes])
-                chunk = (min(self.chunk_steps, total),) + data.shape[1:]
-                fh.create_dataset(field, data=data, chunks=chunk, compression=self.compression)
-                if field in NORMALISED_FIELDS:
-                    running = RunningStats()
-                    running.update(data)
-                    stats[field] = running.to_json()
-            fh.create_dataset("episode_offsets", data=offsets)
-            fh.create_dataset(
-                "episode_ids", data=np.array([e["episode"][0] for e in episodes], dtype=np.int64)
-            )
-            columns = self._param_columns or []
-            table = np.array([[p[c] for c in columns] for _, p in self._buffer], dtype=np.float32)
-            params = fh.create_dataset("params", data=table.reshape(len(episodes), len(columns)))
-            params.attrs["columns"] = json.dumps(columns)
-        os.replace(tmp, final)
+        with atomic.atomic_path(final) as tmp:
+            with h5py.File(tmp, "w") as fh:
+                fh.attrs["schema_version"] = SCHEMA_VERSION
+                for field in episodes[0]:
+                    data = np.concatenate([e[field] for e in episodes])
+                    chunk = (min(self.chunk_steps, total),) + data.shape[1:]
+                    fh.create_dataset(field, data=data, chunks=chunk, compression=self.compression)
+                    if field in NORMALISED_FIELDS:
+                        running = RunningStats()
+                        running.update(data)
+                        stats[field] = running.to_json()
+                fh.create_dataset("episode_offsets", data=offsets)
+                fh.create_dataset(
+                    "episode_ids", data=np.array([e["episode"][0] for e in episodes], dtype=np.int64)
+                )
+                columns = self._param_columns or []
+                table = np.array([[p[c] for c in columns] for _, p in self._buffer], dtype=np.float32)
+                params = fh.create_dataset("params", data=table.reshape(len(episodes), len(columns)))
+                params.attrs["columns"] = json.dumps(columns)
         self._shards.append({"file": name, "episodes": len(episodes), "steps": total, "stats": stats})
         self._buffer, self._buffered_steps = [], 0
         self._write_manifest(complete=False)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from simdist import atomic
 
 LABELS = {
     "zero_shot": "zero-shot (pretrained, no adaptation)",
@@ -68,18 +69,11 @@ class ExperimentResult:
 
 def save_png(fig: Any, path: Path) -> None:
     """Write a matplotlib figure atomically and close it."""
-    import matplotlib.pyplot as plt
-
-    tmp = path.with_name(f".{path.stem}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    atomic.write_figure(fig, path)
 
 
 def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    atomic.write_text(path, text)
 
 
 def standard_error(result: ExperimentResult, method: str, minutes: float) -> float | None:

@@ -8,7 +8,6 @@ the robot's own measurements) stores its degradation levels.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from rsl_rl.models import MLPModel
 from safetensors.torch import load_file, save_file
 from tensordict import TensorDict
 
+from simdist import atomic
 from simdist.errors import CheckpointError
 from simdist.sim.peg_search import search_action
 
@@ -27,15 +27,12 @@ Obs = dict[str, np.ndarray]
 
 
 def atomic_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    atomic.write_json(path, data, indent=2, sort_keys=True)
 
 
 def atomic_safetensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp))
-    os.replace(tmp, path)
+    with atomic.atomic_path(path) as tmp:
+        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp))
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:

@@ -10,7 +10,6 @@ version, keys, shapes and finiteness and raises CheckpointError naming the file 
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,6 +20,7 @@ import yaml
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from simdist import atomic
 from simdist.config import build
 from simdist.errors import CheckpointError, ConfigError
 from simdist.model.config import ModelConfig
@@ -35,18 +35,13 @@ _VERSION_RE = re.compile(r"^v(\d{4,})\.safetensors$")
 
 
 def _replace_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    atomic.write_bytes(path, data)
 
 
 def _save_tensors(path: Path, tensors: Mapping[str, torch.Tensor], metadata: dict[str, str]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
-    os.replace(tmp, path)
+    # durable before anything names it: `current` is moved only after this file and its folder reached the disk
+    with atomic.atomic_path(path) as tmp:
+        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
 
 
 def _split_state(model: WorldModel) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import threading
 from collections.abc import Mapping
@@ -21,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from simdist import atomic
 from simdist.cli import add_overrides_argument
 from simdist.errors import ConfigError
 from simdist.runtime.deploy import DeployLoop, resolve_model, run_deploy
@@ -122,10 +122,7 @@ def _plot(rows: list[RoundResult], path: Path, title: str) -> None:
     ax.set_title(title)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.stem}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    atomic.write_figure(fig, path)
 
 
 def _next_out(root: Path) -> Path:

@@ -20,7 +20,6 @@ import copy
 import dataclasses
 import json
 import math
-import os
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -31,6 +30,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from simdist import atomic
 from simdist.bags import read_episodes, schema
 from simdist.data.dataset import InMemoryEpisodes, ShardDataset
 from simdist.data.windows import WindowBatch, WindowSampler, held_out
@@ -556,13 +556,8 @@ def write_report(report: FinetuneReport, out_dir: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    tmp_png = png_path.with_name(f".{png_path.stem}.tmp.png")
-    fig.savefig(tmp_png, dpi=110)
-    plt.close(fig)
-    os.replace(tmp_png, png_path)
-    tmp = json_path.with_name(f".{json_path.name}.tmp")
-    tmp.write_text(json.dumps(report.to_dict(), indent=1))
-    os.replace(tmp, json_path)
+    atomic.write_figure(fig, png_path)
+    atomic.write_json(json_path, report.to_dict())
 
 
 # -- CLI -----------------------------------------------------------------------------------------------------------

@@ -103,9 +103,16 @@ class ModelStore:
             return self._loaded[version]
         model = copy.deepcopy(self.model)
         state = read_dynamics(self.folder, version, model=model)  # shapes, dtypes, finiteness
-        model.dynamics.load_state_dict(state, strict=True)
-        model.eval()
-        self._validate(model, version)
+        try:
+            model.dynamics.load_state_dict(state, strict=True)
+            model.eval()
+            self._validate(model, version)
+        except CheckpointError:
+            raise
+        except Exception as exc:  # any other failure is a refusal with its reason, never a retry every poll
+            raise CheckpointError(
+                f"{self.folder}: dynamics {version_label(version)} does not load into the model in use: {exc}"
+            ) from None
         self._loaded[version] = model
         return model
 
@@ -118,7 +125,7 @@ class ModelStore:
         ctx = model.context(
             obs.expand(h, o)[None],
             torch.zeros(1, h, a, device=self.device),
-            torch.zeros(1, h, dtype=torch.bool),
+            torch.zeros(1, h, dtype=torch.bool, device=self.device),
             obs,
         )
         latents = model.predict(ctx, n.action_mean.reshape(1, 1, a).expand(1, model.horizon, a))

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 import imageio.v3 as iio
 import mujoco
 import numpy as np
 
+from simdist import atomic
 from simdist.cli import add_task_arguments
 from simdist.config import parse_overrides
 from simdist.errors import ConfigError
@@ -78,14 +78,13 @@ def run(args: argparse.Namespace) -> int:
         args.seed,
     )
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.stem}.tmp{out.suffix}")
-    if out.suffix == ".png":
-        picks = np.linspace(0, len(frames) - 1, 6).astype(int)
-        iio.imwrite(tmp, np.concatenate([frames[i] for i in picks], axis=1))
-    elif out.suffix == ".gif":
-        iio.imwrite(tmp, np.stack(frames), duration=1000 / args.fps, loop=0)
-    else:
-        iio.imwrite(tmp, np.stack(frames), fps=args.fps, codec="libx264")
-    os.replace(tmp, out)
+    with atomic.atomic_path(out) as tmp:
+        if out.suffix == ".png":
+            picks = np.linspace(0, len(frames) - 1, 6).astype(int)
+            iio.imwrite(tmp, np.concatenate([frames[i] for i in picks], axis=1))
+        elif out.suffix == ".gif":
+            iio.imwrite(tmp, np.stack(frames), duration=1000 / args.fps, loop=0)
+        else:
+            iio.imwrite(tmp, np.stack(frames), fps=args.fps, codec="libx264")
     print(f"wrote {out} ({len(frames)} frames, {args.task}/{args.profile})")
     return 0

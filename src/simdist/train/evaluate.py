@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from simdist import atomic
 from simdist.data.windows import WindowSampler
 from simdist.model.world_model import WorldModel
 from simdist.train.losses import loss_masks
@@ -99,9 +98,7 @@ def save_report(result: EvalResult, out_dir: Path, *, title: str) -> tuple[Path,
 
     out_dir.mkdir(parents=True, exist_ok=True)
     metrics = out_dir / "metrics.json"
-    tmp = metrics.with_name(".metrics.json.tmp")
-    tmp.write_text(json.dumps(result.to_dict(), indent=1))
-    os.replace(tmp, metrics)
+    atomic.write_json(metrics, result.to_dict())
     fig, ax = plt.subplots(figsize=(6, 4))
     steps = np.arange(1, len(result.latent_mse) + 1)
     ax.plot(steps, result.latent_mse, marker="o", markersize=3)
@@ -111,10 +108,7 @@ def save_report(result: EvalResult, out_dir: Path, *, title: str) -> tuple[Path,
     ax.grid(alpha=0.3)
     fig.tight_layout()
     png = out_dir / "latent_error.png"
-    tmp_png = png.with_name(".latent_error.tmp.png")
-    fig.savefig(tmp_png, dpi=120)
-    plt.close(fig)
-    os.replace(tmp_png, png)
+    atomic.write_figure(fig, png, dpi=120)
     return metrics, png
 
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from simdist import atomic
 from simdist.errors import CheckpointError
 
 STATE_NAME = "optimizer.safetensors"
@@ -22,9 +22,8 @@ def save_optimizer(path: Path, optimizer: torch.optim.Optimizer, *, step: int, s
         for name, value in slots.items():
             tensors[f"{index}.{name}"] = torch.as_tensor(value).detach().cpu().contiguous()
     meta = {"step": str(step), "setup_hash": setup_hash, "param_groups": json.dumps(state["param_groups"])}
-    tmp = path.with_name(f".{path.name}.tmp")
-    save_file(tensors, str(tmp), metadata=meta)
-    os.replace(tmp, path)
+    with atomic.atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata=meta)
 
 
 def load_optimizer(path: Path, optimizer: torch.optim.Optimizer, *, setup_hash: str) -> int:
