@@ -21,6 +21,10 @@ VERBS: dict[str, tuple[str, str]] = {
         "simdist.runtime.finetune",
         "finetune the dynamics on run bags; publish a validated version",
     ),
+    "rollback": (
+        "simdist.runtime.rollback",
+        "point a model's dynamics/current back at an earlier, validated version",
+    ),
     "ensemble": (
         "simdist.runtime.ensemble",
         "a world model with K dynamics members, the new ones trained on simulation runs",

@@ -1,10 +1,13 @@
-"""Exception classes raised at the project's boundaries; the CLI turns each into one clear line."""
+"""Exception classes raised at the project's boundaries; the CLI turns each into one clear line.
+
+Exit codes, one convention: 2 for anything the user gave that is wrong or unusable (configuration, arguments,
+checkpoints, datasets, bags), 1 when the robot itself fails (connection, driver). 0 otherwise."""
 
 
 class SimdistError(Exception):
     """Base class of every error the CLI reports as a single line."""
 
-    exit_code = 1
+    exit_code = 2
 
 
 class ConfigError(SimdistError):
@@ -27,3 +30,5 @@ class BagError(SimdistError):
 
 class RobotConnectionError(SimdistError):
     """A robot that cannot be reached, drops its connection, or whose driver package is not installed."""
+
+    exit_code = 1

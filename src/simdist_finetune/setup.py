@@ -21,6 +21,7 @@ setup(
     entry_points={
         "console_scripts": [
             "finetune_dynamics = simdist_finetune.finetune_dynamics:main",
+            "rollback = simdist_finetune.rollback:main",
         ],
     },
 )

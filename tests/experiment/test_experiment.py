@@ -185,7 +185,7 @@ def test_config_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "unknown profile 'nope'" in capsys.readouterr().err
     assert main([*base, "--profile", PROFILE, "--points", "0,a"]) == 2
     assert capsys.readouterr().err.strip().count("\n") == 0
-    assert main([*base, "--profile", PROFILE, "--model", str(tmp_path / "none")]) == 1
+    assert main([*base, "--profile", PROFILE, "--model", str(tmp_path / "none")]) == 2
     assert "no world model for go2_slope" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
 

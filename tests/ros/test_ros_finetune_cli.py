@@ -51,9 +51,9 @@ def test_resolve_bag(tmp_path: Path) -> None:
         cli.resolve_bag("run_04", bags)
 
 
-def test_a_missing_bag_is_one_line_and_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_missing_bag_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = cli.main(["--bag", "run_03", "--bag-dir", str(tmp_path), "--ros-args", "-r", "__node:=x"])
-    assert code == 1
+    assert code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("finetune_dynamics: error: no bag 'run_03'") and "\n" not in err
 

@@ -302,13 +302,22 @@ def test_finetune_process_hot_swaps_into_the_running_planner(go2_run: dict, tmp_
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "the planner now plans with v0001" in done.stdout, done.stdout
+    rollback = subprocess.run(
+        [sys.executable, "-m", "simdist_finetune.rollback", "--model-dir", str(model), "--wait", "20"],
+        env=ros_env(domain),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert rollback.returncode == 0, rollback.stdout + rollback.stderr
+    assert "v0001 -> v0000" in rollback.stdout and "the planner now plans with v0000" in rollback.stdout
     time.sleep(1.0)
     planner_rc = stop_all({"planner_node": procs["planner_node"]})
     time.sleep(0.5)
     rcs = stop_all({k: v for k, v in procs.items() if k != "planner_node"}) | planner_rc
     assert set(rcs.values()) == {0}
     planner = _planner_summary(procs["planner_node"].output())
-    assert "swaps 1" in procs["planner_node"].output() and planner["errors"] == 0
+    assert "swaps 2" in procs["planner_node"].output() and planner["errors"] == 0
     (new_bag,) = sorted((tmp_path / "bags").glob("run_*"))
     versions = [e["model_version"] for e in _events(new_bag) if e["event"] == schema.MODEL_VERSION]
-    assert versions == ["v0001"]
+    assert versions == ["v0001", "v0000"]  # the finetuned version, then the rollback, both in the bag

@@ -38,12 +38,12 @@ def test_one_tiny_round_lowers_the_heldout_latent_error(go2_model: Path, tmp_pat
 
 
 def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["adapt", "--task", "go2_slope", "--profile", "ptfe", "--model", str(tmp_path / "none")]) == 1
+    assert main(["adapt", "--task", "go2_slope", "--profile", "ptfe", "--model", str(tmp_path / "none")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "no world model for go2_slope" in err
     assert main(["adapt", "--task", "go2_slope", "--profile", "nope"]) == 2
     assert "unknown profile 'nope'" in capsys.readouterr().err
-    assert main(["finetune", "--model", str(tmp_path), "--bag", str(tmp_path / "run_01")]) == 1
+    assert main(["finetune", "--model", str(tmp_path), "--bag", str(tmp_path / "run_01")]) == 2
     assert "no such bag" in capsys.readouterr().err
 
 

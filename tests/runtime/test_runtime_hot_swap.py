@@ -176,3 +176,28 @@ def test_a_version_is_on_disk_before_current_names_it(
         "replace current",
         "DIR",
     ]
+
+
+def test_rollback_command_moves_current_back_and_refuses_an_invalid_version(
+    go2_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from simdist.cli import main
+
+    publish_dynamics(go2_model, _perturbed(go2_model))
+    overflowing = load_checkpoint(go2_model)
+    with torch.no_grad():
+        for p in overflowing.dynamics.parameters():
+            p.mul_(1e30)  # finite weights whose predictions overflow
+    publish_dynamics(go2_model, overflowing)
+    assert current_version(go2_model) == 2
+    assert main(["rollback", "--model", str(go2_model)]) == 0  # default: the newest older version
+    assert current_version(go2_model) == 1 and "v0002 -> v0001 (validated)" in capsys.readouterr().out
+    assert main(["rollback", "--model", str(go2_model), "--to", "v0002"]) == 2  # fails validation: refused
+    err = capsys.readouterr().err
+    assert current_version(go2_model) == 1 and "non-finite" in err and len(err.strip().splitlines()) == 1
+    assert (
+        main(["rollback", "--model", str(go2_model), "--to", "v0009"]) == 2
+        and current_version(go2_model) == 1
+    )
+    assert main(["rollback", "--model", str(go2_model), "--to", "latest"]) == 2
+    assert main(["rollback", "--model", str(go2_model), "--to", "0"]) == 0 and current_version(go2_model) == 0

@@ -111,9 +111,9 @@ def test_cli_pretrain_eval_and_errors(tmp_path, capsys):
     capsys.readouterr()
 
     assert main([*args, "--no-progress"]) == 2  # would overwrite a checkpoint
-    assert main([*args[:3], "go2_slope", *args[4:], "--resume"]) == 1
+    assert main([*args[:3], "go2_slope", *args[4:], "--resume"]) == 2
     assert "generated for task 'linear', not 'go2_slope'" in capsys.readouterr().err
-    assert main([*args, "--resume", "--set", "model.latent_dim=8"]) == 1  # other settings: refuse to resume
+    assert main([*args, "--resume", "--set", "model.latent_dim=8"]) == 2  # other settings: refuse to resume
     assert "other settings" in capsys.readouterr().err
     assert main([*args[:-1], str(tmp_path / "m2"), "--set", "train.nope=1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -122,5 +122,5 @@ def test_cli_pretrain_eval_and_errors(tmp_path, capsys):
         assert main([*args[:-1], str(tmp_path / "m3"), "--device", "cuda"]) == 2
         assert "CUDA is not available" in capsys.readouterr().err
     (data / "shard_00000.h5").write_bytes(b"junk")
-    assert main(["train", "eval", "--model", str(out), "--data", str(data)]) == 1
+    assert main(["train", "eval", "--model", str(out), "--data", str(data)]) == 2
     assert "shard_00000.h5" in capsys.readouterr().err

@@ -248,8 +248,8 @@ def publish_dynamics(folder: str | Path, dynamics: torch.nn.Module | WorldModel,
     return version
 
 
-def rollback(folder: str | Path, version: int | None = None) -> int:
-    """Point `current` at `version` (default: the newest version older than the current one)."""
+def rollback_target(folder: str | Path, version: int | None = None) -> int:
+    """The version a rollback goes to: `version` (it must exist), default the newest one older than the current."""
     root = Path(folder)
     versions = list_versions(root)
     if version is None:
@@ -259,6 +259,13 @@ def rollback(folder: str | Path, version: int | None = None) -> int:
         version = older[-1]
     if version not in versions:
         raise CheckpointError(f"{root / DYNAMICS_DIR / _version_name(version)}: no such dynamics version")
+    return version
+
+
+def rollback(folder: str | Path, version: int | None = None) -> int:
+    """Point `current` at `version` (default: the newest version older than the current one)."""
+    root = Path(folder)
+    version = rollback_target(root, version)
     read_dynamics(root, version)  # never point `current` at a file that would not load
     _set_current(root, version)
     return version

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from simdist.errors import CheckpointError
-from simdist.model.checkpoint import current_version, load_checkpoint, read_dynamics
+from simdist.model.checkpoint import current_version, load_checkpoint, read_dynamics, rollback_target
 from simdist.model.checkpoint import rollback as rollback_current
 from simdist.model.world_model import WorldModel
 
@@ -146,12 +146,12 @@ class ModelStore:
         return self.version
 
     def rollback(self, version: int | None = None) -> int:
-        """Point `dynamics/current` at `version` (default: the newest one older than the current) and stage it.
-
-        The planner uses it from the next tick boundary. Raises CheckpointError when there is nothing to roll to.
-        """
-        target = rollback_current(self.folder, version)
-        model = self._load(target)
+        """Validate `version` (default: the newest one older than the current), then point `dynamics/current` at
+        it and stage it; the planner uses it from the next tick boundary. Raises CheckpointError (and leaves
+        `current` where it was) when there is nothing to roll to or the version fails validation."""
+        target = rollback_target(self.folder, version)
+        model = self._load(target)  # refuses before the pointer moves
+        rollback_current(self.folder, target)
         with self._lock:
             self._staged = (target, model)
         return target

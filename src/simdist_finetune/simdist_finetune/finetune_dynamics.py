@@ -177,6 +177,9 @@ class Announcer:
 
     def close(self) -> None:
         self.executor.shutdown(timeout_sec=1.0)
+        self._thread.join(
+            timeout=2.0
+        )  # a spinning thread left at exit aborts the process in rclpy's C++ side
         self.node.destroy_node()
         self._rclpy.try_shutdown()
 
