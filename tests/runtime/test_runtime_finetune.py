@@ -299,3 +299,33 @@ def test_fair_full_finetuning_keeps_its_latent_spread_and_writes_a_model_of_its_
     assert spread["full"] != spread["start"]  # and the encoder did train
     with pytest.raises(ConfigError, match="exists"):
         finetune(go2_model, bags, options, out=tmp_path / "full")
+
+
+def test_finetune_command_publishes_into_a_working_copy_unless_in_place(
+    go2_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from simdist.cli import main
+
+    bags = _bags(go2_model, tmp_path / "bags", runs=2)
+    before = {p.name: _hash(p) for p in go2_model.rglob("*") if p.is_file()}
+    monkeypatch.chdir(tmp_path)
+    quick = [
+        "--max-steps",
+        "60",
+        "--eval-every",
+        "20",
+        "--warmup-steps",
+        "5",
+        "--lr",
+        "1e-3",
+        "--val-fraction",
+        "0.2",
+    ]
+    args = ["finetune", "--model", str(go2_model), *[a for b in bags for a in ("--bag", str(b))], *quick]
+    assert main(args) == 0
+    copy = tmp_path / "runs" / "models" / f"{go2_model.name}_finetuned_01"
+    assert "working copy" in capsys.readouterr().out and copy.is_dir()
+    assert {p.name: _hash(p) for p in go2_model.rglob("*") if p.is_file()} == before  # the source untouched
+    assert list_versions(copy) == [0, 1] and current_version(copy) == 1
+    assert main([*args, "--out", str(copy)]) == 2  # an existing working copy is never overwritten
+    assert main([*args, "--in-place"]) == 0 and current_version(go2_model) == 1

@@ -20,6 +20,7 @@ import copy
 import dataclasses
 import json
 import math
+import shutil
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -67,7 +68,7 @@ class FinetuneOptions:
     grad_clip: float = 1.0
     min_improvement: float = 0.0  # the gate: relative held-out improvement a version needs to be published
     sim_data: str | None = None
-    sim_share: float = 0.0
+    sim_share: float = 0.2  # share of each batch from `sim_data`, when one is given
     seed: int = 0
     threads: int = 0  # torch threads (0: leave torch's choice)
     # "dynamics" (SimDist: every dynamics member), "all" (the full-finetuning baseline), or "new_members" (an
@@ -565,16 +566,30 @@ def write_report(report: FinetuneReport, out_dir: Path) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--model", required=True, type=Path, help="checkpoint folder (gets the new dynamics version)"
+        "--model",
+        required=True,
+        type=Path,
+        help="checkpoint folder to start from (not modified unless --in-place)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="working copy that gets the new version (default runs/models/<model>_finetuned_NN)",
+    )
+    parser.add_argument(
+        "--in-place",
+        action="store_true",
+        help="publish into --model itself (e.g. the folder a planner watches)",
     )
     parser.add_argument(
         "--bag", dest="bags", action="append", required=True, type=Path, help="a run bag (repeatable)"
     )
     parser.add_argument("--sim-data", default=None, help="simulation dataset folder to mix in")
-    parser.add_argument(
-        "--sim-share", type=float, default=0.2, help="share of each batch from --sim-data (default 0.2)"
-    )
     defaults = FinetuneOptions()
+    parser.add_argument(
+        "--sim-share", type=float, default=defaults.sim_share, help="share of each batch from --sim-data"
+    )
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
     parser.add_argument("--lr", type=float, default=defaults.lr)
     parser.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps)
@@ -589,7 +604,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-improvement", type=float, default=defaults.min_improvement)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--threads", type=int, default=1, help="torch threads (one: no contention with control)"
+        "--threads",
+        type=int,
+        default=defaults.threads,
+        help="torch threads (0: torch's choice; 1 beside a running robot, so control is not contended)",
     )
 
 
@@ -606,14 +624,35 @@ def options_from_args(args: argparse.Namespace) -> FinetuneOptions:
         patience=args.patience,
         min_improvement=args.min_improvement,
         sim_data=args.sim_data,
-        sim_share=args.sim_share if args.sim_data else 0.0,
+        sim_share=args.sim_share,
         seed=args.seed,
         threads=args.threads,
     )
 
 
+def working_copy(model: Path, out: Path | None) -> Path:
+    """A copy of `model` to publish into (`out`, else the next runs/models/<name>_finetuned_NN)."""
+    if out is None:
+        root = Path("runs") / "models"
+        n = 1
+        while (root / f"{model.name}_finetuned_{n:02d}").exists():
+            n += 1
+        out = root / f"{model.name}_finetuned_{n:02d}"
+    if out.exists():
+        raise ConfigError(
+            f"--out {out}: exists already (choose a new folder, or --in-place to update --model)"
+        )
+    read_description(model)  # a clear error for a folder that is no model, before copying anything
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(model, out, ignore=shutil.ignore_patterns("reports", ".*.tmp*"))
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
-    report = finetune(args.model, args.bags, options_from_args(args), log=lambda m: print(m, flush=True))
+    folder = args.model if args.in_place else working_copy(args.model, args.out)
+    if folder != args.model:
+        print(f"finetuning a working copy: {folder} (of {args.model}; --in-place updates that folder)")
+    report = finetune(folder, args.bags, options_from_args(args), log=lambda m: print(m, flush=True))
     outcome = f"published {_label(report.version)}" if report.version is not None else "nothing published"
     print(
         f"{outcome}: {report.reason}; {report.minutes_of_data:.1f} min of data, {report.steps} steps "
