@@ -47,6 +47,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="closed-loop quality per config on the sim profile: N episodes per speed (Go2) or N (peg); needs --model",
     )
+    parser.add_argument(
+        "--quality-baseline",
+        action="store_true",
+        help="also measure the gpu config's closed-loop quality (slow on a CPU; the estimate is printed otherwise)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
