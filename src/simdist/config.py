@@ -46,7 +46,7 @@ def load_named(kind: str, name: str) -> dict[str, Any]:
     path = config_dir() / kind / f"{name}.yaml"
     if not path.is_file():
         valid = ", ".join(available(kind)) or "none"
-        label = kind.rstrip("s").split("/")[-1]
+        label = kind.rstrip("s") if kind in ("tasks", "planner") else f"{kind} preset"
         raise ConfigError(f"unknown {label} '{name}' (valid: {valid})")
     return read_yaml(path)
 

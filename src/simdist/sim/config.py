@@ -125,7 +125,8 @@ def _check_params(task: str, where: str, names: Any) -> None:
     for name in names:
         if name not in DYNAMICS_PARAMS:
             raise ConfigError(
-                f"unknown dynamics parameter '{where}.{name}' in task {task} (valid: {', '.join(DYNAMICS_PARAMS)})"
+                f"unknown dynamics parameter '{where}.{name}' in task {task} "
+                f"(valid: {', '.join(f'{where}.{p}' for p in DYNAMICS_PARAMS)})"
             )
 
 
