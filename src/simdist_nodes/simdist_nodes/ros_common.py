@@ -4,6 +4,7 @@ to run a node (signals, bad parameters, logging, a shutdown that publishes the f
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -187,16 +188,31 @@ def run_node(
                 getattr(node, on_shutdown)()
             flush_publishers(node)
         finally:
+            # rclpy's teardown has been seen to hang on a loaded machine; the node's work is done by now, so
+            # bound it: past 8 s the process leaves at once with the status the stop deserves.
+            deadline = threading.Timer(8.0, _leave, args=(name,))
+            deadline.daemon = True
+            deadline.start()
             executor.shutdown(timeout_sec=2.0)
-            spinner.join(timeout=2.0)  # a spinning thread left at exit aborts the process in rclpy's C++ side
+            spinner.join(timeout=3.0)
             for logger_name in ("simdist", "simdist_nodes", "simdist_finetune"):
                 logging.getLogger(logger_name).removeHandler(handler)
+            if (
+                spinner.is_alive()
+            ):  # destroying the node under a stuck executor can block; exit with it aborts
+                _leave(name)
             node.destroy_node()
-        return 0
+        return 0  # the deadline stays armed through rclpy's shutdown and interpreter exit (a daemon thread)
     finally:
         rclpy.try_shutdown()
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+def _leave(name: str) -> None:
+    print(f"{name}: rclpy did not shut down in time; exiting", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(0)
 
 
 def flush_publishers(node: Node, timeout_s: float = 1.0) -> None:
