@@ -110,12 +110,12 @@ def test_publish_read_and_roll_back_dynamics(saved):
     model, folder = saved
     tuned = _model()
     with torch.no_grad():
-        for p in tuned.dynamics_parameters():
+        for p in tuned.dynamics.parameters():
             p.add_(0.5)
     assert publish_dynamics(folder, tuned, note="round 1") == 1
     assert current_version(folder) == 1 and list_versions(folder) == [0, 1]
     loaded = load_checkpoint(folder)
-    for (name, p), q in zip(loaded.dynamics.named_parameters(), tuned.dynamics_parameters(), strict=True):
+    for (name, p), q in zip(loaded.dynamics.named_parameters(), tuned.dynamics.parameters(), strict=True):
         assert torch.equal(p, q), name
     assert torch.equal(loaded.encoder.proprio[0].weight, model.encoder.proprio[0].weight)
     assert torch.equal(

@@ -131,25 +131,6 @@ def test_padded_history_is_ignored():
     assert (model.predict(model.context(obs_hist, act_hist, mask, obs), actions) - base).abs().max() > 1e-4
 
 
-def test_dynamics_parameters_are_exactly_the_dynamics_submodule():
-    model = _model()
-    group = model.dynamics_parameters()
-    assert {id(p) for p in group} == {id(p) for p in model.dynamics.parameters()}
-    assert len(group) == len(list(model.dynamics.parameters())) > 0
-    named = {n for n, p in model.named_parameters() if any(p is q for q in group)}
-    assert named and all(n.startswith("dynamics.") for n in named)
-    assert all(n.startswith("dynamics.") == (n in named) for n, _ in model.named_parameters())
-    # training only that group leaves every other weight untouched
-    before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    optimizer = torch.optim.SGD(group, lr=0.1)
-    model.train()
-    ctx = model.context(*_inputs(model, b=2))
-    model.predict(ctx, torch.randn(2, model.horizon, A)).pow(2).mean().backward()
-    optimizer.step()
-    for name, p in model.named_parameters():
-        assert torch.equal(p, before[name]) != name.startswith("dynamics."), name
-
-
 def test_image_branch_fuses_into_the_same_latent():
     model = _model(image=ImageConfig(channels=(4, 8), size=64))
     obs_hist, act_hist, mask, obs = _inputs(model, b=2)
@@ -168,7 +149,7 @@ def test_preset_sizes(dims):
     for preset in ("tiny", "default", "gpu"):
         model = WorldModel(*dims, load_model_config(preset))
         total = sum(p.numel() for p in model.parameters())
-        dynamics = sum(p.numel() for p in model.dynamics_parameters())
+        dynamics = sum(p.numel() for p in model.dynamics.parameters())
         counts[preset] = total
         print(f"{preset} {dims}: {total} parameters, dynamics {dynamics} ({dynamics / total:.0%})")
     assert counts["tiny"] < counts["default"] < counts["gpu"]

@@ -10,7 +10,6 @@ Planner API (every input and output in RAW units; the model normalises internall
     rewards, values = model.score(ctx, latents (N,T,D), actions (N,T,A), command (N or 1,T,C)) -> (N,T), (N,T)
           rewards[:, k] = r_hat(t+k); values[:, k] = V_hat(t+k+1), so the terminal value is values[:, -1]
     actions = model.propose(ctx, command (1 or N,T,C)) -> (N,T,A)     the base policy's action chunk
-    model.dynamics_parameters() -> exactly the parameters of model.dynamics (dynamics-only finetuning)
     model.obs_dim, model.act_dim, model.cmd_dim, model.horizon, model.history, model.latent_dim
 
 A context of batch 1 serves N samples without copying K/V (queries are folded into one sequence).

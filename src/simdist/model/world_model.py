@@ -94,10 +94,6 @@ class WorldModel(nn.Module):
     def latent_dim(self) -> int:
         return self.config.latent_dim
 
-    def dynamics_parameters(self) -> list[nn.Parameter]:
-        """Exactly the parameters of `self.dynamics` (the only ones dynamics-only finetuning trains)."""
-        return list(self.dynamics.parameters())
-
     # -- planner API (raw units) ----------------------------------------------------------------------------
 
     def context(

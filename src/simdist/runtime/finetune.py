@@ -649,6 +649,7 @@ def working_copy(model: Path, out: Path | None) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    real_episodes(args.bags)  # a bad bag is refused before a working copy is made
     folder = args.model if args.in_place else working_copy(args.model, args.out)
     if folder != args.model:
         print(f"finetuning a working copy: {folder} (of {args.model}; --in-place updates that folder)")
