@@ -1,5 +1,5 @@
 """Hot swap under a running deploy loop: no tick missed, the new version plans from the next tick, rollback in one
-call; a finetune worker killed mid-write leaves no half version and never disturbs control."""
+call; a real-time swap misses no tick around it; a finetune worker killed mid-write leaves no half version."""
 
 from __future__ import annotations
 
@@ -35,7 +35,9 @@ def _wait_staged(store: ModelStore, timeout: float = 30.0) -> None:
     assert store._staged is not None, "the watcher never staged the new version"
 
 
-def test_hot_swap_and_rollback_under_a_running_loop(go2_model: Path, tmp_path: Path) -> None:
+def test_lockstep_hot_swap_and_rollback_change_the_model_exactly_at_tick_boundaries(
+    go2_model: Path, tmp_path: Path
+) -> None:
     store = ModelStore(go2_model, poll_s=0.01).start()
     new_dynamics = _perturbed(go2_model)
     used: list[tuple[int, str, object]] = []
@@ -201,3 +203,36 @@ def test_rollback_command_moves_current_back_and_refuses_an_invalid_version(
     )
     assert main(["rollback", "--model", str(go2_model), "--to", "latest"]) == 2
     assert main(["rollback", "--model", str(go2_model), "--to", "0"]) == 0 and current_version(go2_model) == 0
+
+
+def test_a_hot_swap_in_real_time_misses_no_tick_around_it(go2_model: Path) -> None:
+    """Real time at 50 Hz: a version published mid-run (as a finetune does) is loaded and validated by the store's
+    watcher thread, and swapped in at a tick boundary without a missed period around the swap."""
+    import threading
+
+    store = ModelStore(go2_model, poll_s=0.01).start()
+    new_dynamics = _perturbed(go2_model)
+    ticks: list[int] = []
+
+    def on_tick(k: int, loop: DeployLoop) -> None:
+        ticks.append(k)
+        if k == 15:
+            threading.Thread(target=publish_dynamics, args=(go2_model, new_dynamics)).start()
+
+    try:
+        result = run_deploy(
+            "go2_slope",
+            "sim:sim",
+            store,
+            ticks=100,
+            realtime=True,
+            planner_overrides=FAST_PLANNER,
+            on_tick=on_tick,
+        )
+    finally:
+        store.stop()
+    versions = result.stats.versions
+    assert result.stats.swaps == 1 and versions[-1] == "v0001"
+    swap = ticks[versions.index("v0001")]
+    window = [k for k in ticks if swap - 5 <= k <= swap + 5]
+    assert window == list(range(swap - 5, swap + 6)), window  # every period around the swap had its tick
