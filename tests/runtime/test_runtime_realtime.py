@@ -94,9 +94,8 @@ def _realtime_run(model: Path, scheduling: Scheduling):  # type: ignore[no-untyp
     )
 
 
-def test_the_loop_runs_control_and_planner_one_level_apart(
-    go2_model: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _spy_policies(monkeypatch: pytest.MonkeyPatch) -> dict[str, set[tuple[str, int]]]:
+    """The scheduling policies the control thread (tick) and the planner thread (_compute) ran under."""
     seen: dict[str, set[tuple[str, int]]] = {"control": set(), "planner": set()}
     compute, tick = DeployLoop._compute, DeployLoop.tick
 
@@ -108,10 +107,18 @@ def test_the_loop_runs_control_and_planner_one_level_apart(
         tick(self, k, deadline)
         seen["control"].add(current_thread_policy())
 
-    if _in_thread(Scheduling(priority=20))[0]:
-        pytest.skip("SCHED_FIFO is not granted here (needs CAP_SYS_NICE); the denied path is tested below")
     monkeypatch.setattr(DeployLoop, "_compute", compute_spy)
     monkeypatch.setattr(DeployLoop, "tick", tick_spy)
+    return seen
+
+
+def test_the_loop_runs_control_and_planner_one_level_apart(
+    go2_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+
+    if _in_thread(Scheduling(priority=20))[0]:
+        pytest.skip("SCHED_FIFO is not granted here (needs CAP_SYS_NICE); the denied path is tested below")
+    seen = _spy_policies(monkeypatch)
     result = _realtime_run(go2_model, Scheduling(priority=20))
     assert result.stats.errors == 0 and result.stats.ticks + result.stats.missed == 10
     assert seen == {"control": {("SCHED_FIFO", 20)}, "planner": {("SCHED_FIFO", 19)}}
@@ -122,16 +129,6 @@ def test_the_loop_runs_control_and_planner_one_level_apart(
 def test_a_denied_fifo_leaves_both_threads_normal_and_says_why(
     go2_model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    seen: dict[str, set[tuple[str, int]]] = {"control": set(), "planner": set()}
-    compute, tick = DeployLoop._compute, DeployLoop.tick
-
-    def compute_spy(self: DeployLoop, job):  # type: ignore[no-untyped-def]
-        seen["planner"].add(current_thread_policy())
-        return compute(self, job)
-
-    def tick_spy(self: DeployLoop, k: int, deadline: float | None = None) -> None:
-        tick(self, k, deadline)
-        seen["control"].add(current_thread_policy())
 
     real = os.sched_setscheduler
 
@@ -141,8 +138,7 @@ def test_a_denied_fifo_leaves_both_threads_normal_and_says_why(
         real(tid, policy, param)
 
     monkeypatch.setattr(os, "sched_setscheduler", denied)
-    monkeypatch.setattr(DeployLoop, "_compute", compute_spy)
-    monkeypatch.setattr(DeployLoop, "tick", tick_spy)
+    seen = _spy_policies(monkeypatch)
     result = _realtime_run(go2_model, Scheduling(priority=20))
     assert result.stats.errors == 0 and result.stats.ticks + result.stats.missed == 10
     assert seen == {"control": {("SCHED_OTHER", 0)}, "planner": {("SCHED_OTHER", 0)}}
