@@ -81,6 +81,28 @@ def test_pd_torque_bound_limits_the_target() -> None:
     assert np.all(np.abs(tau) <= 3.0 + 1e-12)
 
 
+def test_torque_window_never_widens_a_rate_limited_step() -> None:
+    # last target 0, measured 0.5 (the joint was pushed away), kp 20, tau_max 3: the torque window is
+    # [0.5 - 3/20, 0.5 + 3/20] = [0.35, 0.65], outside the rate window [-0.1, 0.1]; the step stays 0.1
+    limits = _limits(
+        max_step=0.1, velocity_limit=None, torque_limit=3.0, position_lower=[-5, -5], position_upper=[5, 5]
+    )
+    f = _filter(limits, q=(0.0, 0.0))
+    out = f.filter(_state((0.5, -0.5)), 0.0, JointCommand([0.0, 0.0], kp=20.0, kd=0.0))
+    assert out.command.joint_targets == pytest.approx([0.1, -0.1])
+    assert {S.TORQUE_LIMITED, S.RATE_LIMITED} <= out.flags and not out.held
+    # and the next step moves on by at most max_step again
+    out = f.filter(_state((0.5, -0.5), t=DT), DT, JointCommand([0.0, 0.0], kp=20.0, kd=0.0))
+    assert out.command.joint_targets == pytest.approx([0.2, -0.2])
+
+
+def test_position_limits_clip_both_ways() -> None:
+    f = _filter(q=(-0.95, -1.95))
+    out = f.filter(_state((-0.95, -1.95)), 0.0, JointCommand([-2.0, -3.0]))
+    assert out.command.joint_targets == pytest.approx([-1.0, -2.0])
+    assert {S.POSITION_CLIPPED, S.RATE_LIMITED} <= out.flags
+
+
 def test_feed_forward_torque_is_clipped() -> None:
     limits = _limits(torque_limit=[2.0, 4.0])
     out = _filter(limits).filter(_state(), 0.0, JointCommand([0.0, 0.0], torque_ff=[-5.0, 3.0]))

@@ -215,8 +215,12 @@ class SafetyFilter:
                 bounded = np.clip(target, low, high)
                 if not np.array_equal(bounded, target):
                     flags.add(TORQUE_LIMITED)
-                    # Torque bounds come from the measurement and may lie outside the joint range; the joint range wins.
-                    target = np.clip(bounded, lim.position_lower, lim.position_upper)
+                    # The torque window comes from the measurement: it may lie outside the rate window (a joint
+                    # far from its last target) or the joint range. It never widens either: both win over it.
+                    stepped = np.clip(bounded, self._last_target - step, self._last_target + step)
+                    if not np.array_equal(stepped, bounded):
+                        flags.add(RATE_LIMITED)
+                    target = np.clip(stepped, lim.position_lower, lim.position_upper)
 
         self._last_target = target
         self._last_gains = (command.kp, command.kd)
