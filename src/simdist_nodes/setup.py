@@ -13,6 +13,8 @@ setup(
         (f"share/{PACKAGE}", ["package.xml"]),
     ],
     install_requires=["setuptools"],
+    # colcon runs pytest (not unittest) only for a package that declares it; colcon.meta points it at tests/ros
+    extras_require={"test": ["pytest"]},
     zip_safe=True,
     maintainer="SimDist maintainers",
     maintainer_email="simdist@example.com",
