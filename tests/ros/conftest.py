@@ -155,6 +155,7 @@ def _templates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("models")
     return {
         "go2_slope": write_random_checkpoint(root / "go2_slope", "go2_slope"),
+        "go2_foam": write_random_checkpoint(root / "go2_foam", "go2_foam"),
         "ur5e_peg": write_random_checkpoint(root / "ur5e_peg", "ur5e_peg"),
     }
 

@@ -71,12 +71,10 @@ def _events(bag: Path) -> list[dict]:
     return [json.loads(m.data) for _, m in read_topics(bag, [schema.EVENTS])[schema.EVENTS]]
 
 
-@pytest.fixture(scope="module")
-def go2_run(tmp_path_factory: pytest.TempPathFactory, _templates: dict[str, Path]) -> dict:
-    """The go2_slope stack for RUN_S seconds, then stopped as an operator would: Ctrl-C to the planner first."""
-    folder = tmp_path_factory.mktemp("go2_stack")
+def _run_go2(task: str, folder: Path, model_dir: Path) -> dict:
+    """The task's stack for RUN_S seconds, then stopped as an operator would: Ctrl-C to the planner first."""
     bags = folder / "bags"
-    values = {"task": "go2_slope", "model_dir": str(_templates["go2_slope"]), "bag_dir": str(bags)}
+    values = {"task": task, "model_dir": str(model_dir), "bag_dir": str(bags)}
     procs = start_stack(values, folder=folder, domain=_domain())
     try:
         wait_for(procs["planner_node"], "warmed up", 90)
@@ -90,7 +88,21 @@ def go2_run(tmp_path_factory: pytest.TempPathFactory, _templates: dict[str, Path
     return {"rcs": rcs, "out": {k: p.output() for k, p in procs.items()}, "bags": bags, "values": values}
 
 
-def test_go2_stack_records_every_tick_from_the_first_at_the_ticks_times(go2_run: dict) -> None:
+@pytest.fixture(scope="module")
+def go2_run(tmp_path_factory: pytest.TempPathFactory, _templates: dict[str, Path]) -> dict:
+    return _run_go2("go2_slope", tmp_path_factory.mktemp("go2_stack"), _templates["go2_slope"])
+
+
+@pytest.fixture(scope="module")
+def go2_foam_run(tmp_path_factory: pytest.TempPathFactory, _templates: dict[str, Path]) -> dict:
+    return _run_go2("go2_foam", tmp_path_factory.mktemp("go2_foam_stack"), _templates["go2_foam"])
+
+
+@pytest.mark.parametrize("run", ["go2_run", "go2_foam_run"])
+def test_go2_stack_records_every_tick_from_the_first_at_the_ticks_times(
+    run: str, request: pytest.FixtureRequest
+) -> None:
+    go2_run = request.getfixturevalue(run)
     out = go2_run["out"]
     assert go2_run["rcs"] == {"sim_robot_node": 0, "planner_node": 0, "logger_node": 0}, out
     planner = _planner_summary(out["planner_node"])
@@ -154,22 +166,63 @@ def test_go2_planner_killed_robot_holds_then_damps_and_says_so(
     assert 0.1 <= stages[0][1] < 0.5 and 1.0 <= stages[1][1] < 1.5
 
 
-def test_stack_exits_zero_on_sigterm_and_a_double_sigint(tmp_path: Path, _templates: dict[str, Path]) -> None:
-    values = {"task": "ur5e_peg", "model_dir": str(_templates["ur5e_peg"]), "bag_dir": str(tmp_path / "bags")}
-    procs = start_stack(values, folder=tmp_path, domain=_domain())
-    wait_for(procs["planner_node"], "warmed up", 90)
-    wait_for(procs["logger_node"], "recording", 30)
-    time.sleep(2.0)
-    procs["planner_node"].signal(signal.SIGINT)
-    time.sleep(0.01)
-    procs["planner_node"].signal(signal.SIGINT)  # a terminal's Ctrl-C plus the launcher's
-    assert procs["planner_node"].wait() == 0, procs["planner_node"].output()[-2000:]
-    time.sleep(0.5)
-    rcs = stop_all({k: v for k, v in procs.items() if k != "planner_node"}, signal.SIGTERM)
-    assert rcs == {"sim_robot_node": 0, "logger_node": 0}
-    assert int(_robot_summary(procs["sim_robot_node"].output())["hold_requests"]) >= 1
-    planner = _planner_summary(procs["planner_node"].output())
-    assert f"{planner['ticks']} ticks written, 0 lost" in procs["logger_node"].output()
+UR5E_RUN_S = 18.0  # two 8 s episodes of the peg at 10 Hz and the start of a third
+
+
+@pytest.fixture(scope="module")
+def ur5e_run(tmp_path_factory: pytest.TempPathFactory, _templates: dict[str, Path]) -> dict:
+    """The ur5e_peg stack for UR5E_RUN_S seconds, then a terminal's Ctrl-C plus the launcher's to the planner (two
+    SIGINTs 10 ms apart) and SIGTERM to the others."""
+    folder = tmp_path_factory.mktemp("ur5e_stack")
+    values = {"task": "ur5e_peg", "model_dir": str(_templates["ur5e_peg"]), "bag_dir": str(folder / "bags")}
+    procs = start_stack(values, folder=folder, domain=_domain())
+    try:
+        wait_for(procs["planner_node"], "warmed up", 90)
+        wait_for(procs["logger_node"], "recording", 30)
+        time.sleep(UR5E_RUN_S)
+        procs["planner_node"].signal(signal.SIGINT)
+        time.sleep(0.01)
+        procs["planner_node"].signal(signal.SIGINT)
+        planner_rc = procs["planner_node"].wait()
+        time.sleep(0.5)
+        rcs = stop_all({k: v for k, v in procs.items() if k != "planner_node"}, signal.SIGTERM)
+    finally:
+        kill_all(procs)
+    rcs["planner_node"] = planner_rc
+    return {"rcs": rcs, "out": {k: p.output() for k, p in procs.items()}, "bags": folder / "bags"}
+
+
+def test_stack_exits_zero_on_sigterm_and_a_double_sigint(ur5e_run: dict) -> None:
+    out = ur5e_run["out"]
+    assert ur5e_run["rcs"] == {"sim_robot_node": 0, "planner_node": 0, "logger_node": 0}, out
+    assert int(_robot_summary(out["sim_robot_node"])["hold_requests"]) >= 1
+    planner = _planner_summary(out["planner_node"])
+    assert f"{planner['ticks']} ticks written, 0 lost" in out["logger_node"]
+
+
+def test_ur5e_stack_records_every_tick_from_the_first_at_the_ticks_times(ur5e_run: dict) -> None:
+    out = ur5e_run["out"]
+    planner = _planner_summary(out["planner_node"])
+    robot = _robot_summary(out["sim_robot_node"])
+    assert planner["errors"] == 0
+    # 10 Hz at the robot, with the same generous margins as the Go2's
+    assert planner["ticks"] + planner["missed"] > 0.7 * 10 * UR5E_RUN_S
+    assert int(robot["commands"]) / float(robot["span_s"]) > 7.0
+    assert planner["missed"] <= 0.05 * planner["ticks"]
+    sent = planner["ticks"] - planner["held"]
+    assert 0.8 * sent <= int(robot["commands"]) <= sent
+    (bag,) = sorted(ur5e_run["bags"].glob("run_*"))
+    episodes = read_episodes(bag)
+    assert len({int(e["episode_index"][0]) for e in episodes}) >= 2  # 8 s episodes: the time limit ends them
+    assert int(episodes[0]["episode_index"][0]) == 0 and episodes[0]["step"][0] == 0
+    observations = read_topics(bag, [schema.OBSERVATION])[schema.OBSERVATION]
+    assert len(observations) == planner["ticks"]
+    assert sum(len(e["proprio"]) for e in episodes) >= planner["ticks"] - 2
+    periods = np.concatenate(
+        [np.diff(e["timestamp_ns"]) / (np.diff(e["step"]) * 1e6) for e in episodes if len(e["step"]) > 1]
+    )
+    assert 70.0 < float(np.median(periods)) < 150.0, np.percentile(periods, [10, 50, 90])
+    assert float(np.percentile(periods, 5)) > 25.0
 
 
 @pytest.mark.parametrize(
@@ -268,7 +321,8 @@ def test_camera_node_takes_a_device_index_and_streams_a_video(tmp_path: Path) ->
 
 def test_finetune_process_hot_swaps_into_the_running_planner(go2_run: dict, tmp_path: Path) -> None:
     """finetune_dynamics in its own process while the stack runs: the version goes live and the confirmation
-    reaches the finetune process; a version that does not beat the gate is refused."""
+    reaches the finetune process, the swap stalls no tick; a version that does not beat the gate is refused;
+    rolling back is one command."""
     (bag,) = sorted(go2_run["bags"].glob("run_*"))
     model = Path(go2_run["values"]["model_dir"])
     values = {**go2_run["values"], "bag_dir": str(tmp_path / "bags")}
@@ -321,3 +375,15 @@ def test_finetune_process_hot_swaps_into_the_running_planner(go2_run: dict, tmp_
     (new_bag,) = sorted((tmp_path / "bags").glob("run_*"))
     versions = [e["model_version"] for e in _events(new_bag) if e["event"] == schema.MODEL_VERSION]
     assert versions == ["v0001", "v0000"]  # the finetuned version, then the rollback, both in the bag
+    # The swap stalls no tick: nothing missed or lost within two periods of either swap, and at most one short
+    # gap (two ticks) within half a second. A swap that loaded or validated on the control thread would miss ticks
+    # right at the swap. (On this 2-core machine the finetune and rollback processes still cost the odd period,
+    # and one tick 50-75 ms after a freshly loaded version is often missed: not yet explained, docs/results.md.)
+    events = _events(new_bag)
+    swaps = [e["time_ns"] for e in events if e["event"] == schema.MODEL_VERSION]
+    gaps = [(e["time_ns"], e["ticks"]) for e in events if e["event"] == schema.TICKS_GAP]
+    near = [(i, round((g - t) / 1e6), n) for g, n in gaps for i, t in enumerate(swaps) if abs(g - t) < 0.5e9]
+    assert len(swaps) == 2, swaps
+    at_swap = [x for x in near if abs(x[1]) <= 40]
+    per_swap = [sum(n for i, _, n in near if i == j) for j in range(2)]
+    assert not at_swap and max(per_swap) <= 2, f"gaps (swap, ms from it, ticks): {near}; {len(gaps)} in all"

@@ -34,6 +34,7 @@ from simdist.runtime.realtime import (
     Scheduling,
     ThreadState,
     apply_to_this_thread,
+    freeze_heap,
     lock_memory,
     restore_thread,
     thread_state,
@@ -471,6 +472,7 @@ class DeployLoop:
         self._needs_reset = True
         if self.realtime and self._thread is None:
             self._thread = _PlanThread(self._compute, self.scheduling.planner(), self.scheduling_problems)
+        freeze_heap()  # what exists now lives as long as the run: no full collection walks it mid-run
         self._t0, self._t0_ns = time.monotonic(), time.time_ns()
 
     def close(self) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing as mp
-import os
 import queue
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,11 +25,9 @@ def _main(model_dir: str, bags: list[str], options: dict[str, Any], results: Any
     import torch
 
     from simdist.runtime.finetune import finetune
+    from simdist.runtime.realtime import yield_to_control
 
-    try:
-        os.nice(10)  # the control process comes first
-    except OSError:
-        pass
+    yield_to_control()
     torch.set_num_threads(max(1, int(options.get("threads") or 1)))
     try:
         report = finetune(model_dir, bags, FinetuneOptions(**options))

@@ -22,6 +22,7 @@ from simdist.bags.reader import read_topics
 from simdist.bags.writer import RUN_PREFIX
 from simdist.errors import BagError, CheckpointError, SimdistError
 from simdist.runtime.finetune import FinetuneOptions, finetune
+from simdist.runtime.realtime import yield_to_control
 
 DEFAULT_BAG_DIR = "runs/bags"
 
@@ -205,6 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         announcer = None
     try:
         print(f"finetuning {model_dir} on {', '.join(str(b) for b in bags)}", flush=True)
+        yield_to_control()  # beside a running planner, as the in-process finetune worker does
         try:
             report = finetune(model_dir, bags, options, log=lambda line: print(line, flush=True))
         except SimdistError as exc:

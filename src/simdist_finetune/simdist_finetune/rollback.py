@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from simdist.errors import SimdistError
+from simdist.runtime.realtime import yield_to_control
 from simdist.runtime.rollback import parse_version, rollback_model
 from simdist.runtime.store import version_label
 from simdist_finetune.finetune_dynamics import Announcer, strip_ros_args
@@ -25,6 +26,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--wait", type=float, default=10.0, help="seconds to wait for the planner's confirmation"
     )
     args = parser.parse_args(strip_ros_args(sys.argv[1:] if argv is None else argv))
+    yield_to_control()  # beside a running planner
     try:
         announcer: Announcer | None = Announcer()
     except ImportError:
