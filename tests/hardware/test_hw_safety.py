@@ -167,3 +167,95 @@ def test_limits_and_sizes_are_checked() -> None:
         _limits(max_step=[0.1, 0.1, 0.1])
     with pytest.raises(ValueError, match="3 joints"):
         _filter().filter(_state((0.0, 0.0, 0.0), (0.0, 0.0, 0.0)), 0.0, None)
+
+
+# -- the contract at its edges (written against the mutation check of `simdist.hardware.safety`, docs/testing.md) --
+
+
+def test_limits_are_stored_as_float_arrays_per_joint() -> None:
+    limits = SafetyLimits(
+        position_lower=(-1, -2), position_upper=[1, 2], max_step=1, velocity_limit=[3, 4], torque_limit=5
+    )
+    for name in ("position_lower", "position_upper", "max_step", "velocity_limit", "torque_limit"):
+        value = getattr(limits, name)
+        assert isinstance(value, np.ndarray) and value.dtype == np.float64 and value.shape == (2,), name
+    one = SafetyLimits(position_lower=-0.5, position_upper=0.5, max_step=0.1)  # scalars: a one-joint robot
+    assert one.num_joints == 1 and one.position_lower.tolist() == [-0.5]
+
+
+def test_limit_values_at_their_edges() -> None:
+    SafetyLimits(position_lower=[0.3], position_upper=[0.3], max_step=0.1)  # a locked joint: lower == upper
+    SafetyLimits(position_lower=[0.0], position_upper=[1.0], max_step=0.1, watchdog_periods=1)
+    for bad, match in (
+        (dict(max_step=0.0), "max_step must be positive"),
+        (dict(watchdog_periods=0), "watchdog_periods must be >= 1 and stale_after_s > 0"),
+        (dict(stale_after_s=0.0), "watchdog_periods must be >= 1 and stale_after_s > 0"),
+        (dict(velocity_limit=[1.0, 2.0, 3.0]), "velocity_limit must be a scalar or have 2 values"),
+        (dict(torque_limit=[1.0, 2.0, 3.0]), "torque_limit must be a scalar or have 2 values"),
+        (dict(position_upper=[1.0, 0.5, 0.0]), "position_lower and position_upper must have equal length"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            _limits(**bad)
+    with pytest.raises(ValueError, match="control_hz must be positive"):
+        SafetyFilter(_limits(), 0.0)
+    with pytest.raises(RuntimeError, match=r"SafetyFilter\.reset\(state\) must be called"):
+        SafetyFilter(_limits(), HZ).hold_command()
+
+
+def test_reset_below_the_range_starts_from_the_lower_limit() -> None:
+    f = _filter(q=(-1.3, -2.5))
+    out = f.filter(_state((-1.3, -2.5)), 0.0, None)
+    assert out.held and out.command.joint_targets.tolist() == [-1.0, -2.0]
+
+
+def test_a_hold_keeps_both_gains_and_a_shaped_command_is_not_a_hold() -> None:
+    f = _filter()
+    sent = f.filter(_state(), 0.0, JointCommand([0.05, 0.0], kp=30.0, kd=0.7))
+    assert sent.held is False
+    held = f.filter(_state(t=0.1), 0.1, None)
+    assert (
+        held.held is True and held.command.kd.tolist() == [0.7, 0.7] and held.command.kp.tolist() == [30, 30]
+    )
+
+
+def test_stale_overspeed_and_overtorque_trip_only_beyond_their_limits() -> None:
+    limits = _limits(torque_limit=10.0, stale_after_s=0.25)  # exact binary values: equality is not a trip
+    f = _filter(limits)
+    assert not f.filter(_state(t=1.0), 1.25, JointCommand([0.0, 0.0])).held  # 0.25 s old: not stale yet
+    assert S.STALE_STATE in f.filter(_state(t=1.0), 1.2500001, JointCommand([0.0, 0.0])).flags
+    f = _filter(limits)
+    assert not f.filter(_state(qd=(12.0, 3.0)), 0.0, JointCommand([0.0, 0.0])).held  # 1.2 x 10 and 1.2 x 2.5
+    assert not f.filter(
+        _state(tau=(12.0, -5.0)), 0.0, JointCommand([0.0, 0.0])
+    ).held  # 1.2 x 10, and well under
+    assert S.OVERTORQUE in f.filter(_state(tau=(0.0, -12.01)), 0.0, JointCommand([0.0, 0.0])).flags
+
+
+def test_feed_forward_within_the_limit_is_untouched_and_above_it_clipped() -> None:
+    limits = _limits(torque_limit=[2.0, 4.0])
+    out = _filter(limits).filter(_state(), 0.0, JointCommand([0.0, 0.0], torque_ff=[1.5, -3.0]))
+    assert out.command.torque_ff.tolist() == [1.5, -3.0] and S.TORQUE_LIMITED not in out.flags
+    out = _filter(limits).filter(_state(), 0.0, JointCommand([0.0, 0.0], torque_ff=[5.0, 3.0]))
+    assert out.command.torque_ff.tolist() == [2.0, 3.0] and S.TORQUE_LIMITED in out.flags
+
+
+def test_pd_torque_bound_with_soft_gains_and_without_kd_or_feed_forward() -> None:
+    # kp 0.5, no kd, no ff, tau_max 0.2, q 0: target within +-0.2 / 0.5 = +-0.4 (a wide rate window)
+    limits = _limits(
+        max_step=5.0, velocity_limit=None, torque_limit=0.2, position_lower=[-5, -5], position_upper=[5, 5]
+    )
+    out = _filter(limits).filter(_state(qd=(1.0, 1.0)), 0.0, JointCommand([1.0, 0.3], kp=0.5))
+    assert out.command.joint_targets == pytest.approx([0.4, 0.3])
+    assert S.TORQUE_LIMITED in out.flags and S.RATE_LIMITED not in out.flags
+    inside = _filter(limits).filter(_state(), 0.0, JointCommand([0.1, -0.1], kp=0.5))
+    assert S.TORQUE_LIMITED not in inside.flags and inside.command.joint_targets.tolist() == [0.1, -0.1]
+
+
+def test_torque_window_outside_the_joint_range_gives_way_to_it() -> None:
+    # measured beyond the range on both sides (q 1.4 and -2.4, ranges [-1, 1] and [-2, 0.5]): the torque window
+    # [q - 0.15, q + 0.15] lies outside the range; the target stays inside it
+    limits = _limits(max_step=5.0, velocity_limit=None, torque_limit=3.0)
+    f = _filter(limits, q=(0.9, -1.9))
+    out = f.filter(_state((1.4, -2.4)), 0.0, JointCommand([0.9, -1.9], kp=20.0, kd=0.0))
+    assert out.command.joint_targets == pytest.approx([1.0, -2.0])
+    assert out.flags == {S.TORQUE_LIMITED, S.POSITION_CLIPPED}

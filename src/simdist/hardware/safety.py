@@ -221,6 +221,8 @@ class SafetyFilter:
                     if not np.array_equal(stepped, bounded):
                         flags.add(RATE_LIMITED)
                     target = np.clip(stepped, lim.position_lower, lim.position_upper)
+                    if not np.array_equal(target, stepped):
+                        flags.add(POSITION_CLIPPED)
 
         self._last_target = target
         self._last_gains = (command.kp, command.kd)
