@@ -245,12 +245,12 @@ class FakeClock:
 
 
 class Slow(PointMass):
-    def __init__(self, clock: FakeClock, **kwargs: object) -> None:
+    def __init__(self, clock: FakeClock, step_s: float = 0.010, **kwargs: object) -> None:
         super().__init__(**kwargs)
-        self.clock = clock
+        self.clock, self.step_s = clock, step_s
 
     def predict(self, ctx, actions):
-        self.clock.now += 0.010
+        self.clock.now += self.step_s
         return super().predict(ctx, actions)
 
 
@@ -275,3 +275,36 @@ def test_budget_stops_iterating_before_the_deadline(monkeypatch, budget, expecte
 def test_budget_must_be_positive() -> None:
     with pytest.raises(ConfigError, match="budget_ms"):
         config(budget_ms=0.0)
+
+
+@pytest.mark.parametrize(("budget", "expected"), [(499.0, 1), (500.0, 2), (749.0, 2), (750.0, 3)])
+def test_an_iteration_that_would_end_exactly_at_the_budget_still_runs(monkeypatch, budget, expected) -> None:
+    from simdist.plan import mppi
+
+    clock = FakeClock()  # 0.25 s per iteration: binary-exact, so "ends at the budget" is an exact equality
+    monkeypatch.setattr(mppi, "_clock", clock.perf_counter)
+    model = Slow(clock, step_s=0.25, horizon=4)
+    planner = Planner(model, config(iterations=5, budget_ms=budget), limits=ActionLimits(-3.0, 3.0))
+    assert tick(planner, model).stats.iterations == expected
+
+
+def test_a_fallback_plan_reports_what_happened() -> None:
+    model = Broken()
+    planner = Planner(model, config(iterations=3), limits=ActionLimits(low=-0.5, high=0.5, max_delta=0.2))
+    plan = tick(planner, model, elapsed_steps=2, prev_action=torch.tensor([0.1, 0.0]))
+    stats = plan.stats
+    assert stats.fallback == "policy" and stats.warm_start is False and stats.elapsed_steps == 2
+    assert stats.iterations == 1 and stats.best_score != stats.best_score  # nan: nothing could be scored
+    assert stats.nonfinite_samples == 256 + 8  # every sample of the first iteration
+    # the fallback was executed: the next ticks rate-limit from it without being told (0 steps elapsed: from the
+    # action before it; 1 step: from its first action), although it never warm-starts them
+    assert torch.allclose(plan.action, torch.tensor([0.3, -0.2]))
+    again = tick(planner, model, elapsed_steps=0)
+    assert torch.allclose(again.action, torch.tensor([0.3, -0.2])) and not again.stats.warm_start
+    assert torch.allclose(tick(planner, model, elapsed_steps=1).action, torch.tensor([0.5, -0.4]))
+
+
+def test_a_hold_without_a_previous_action_respects_both_bounds() -> None:
+    model = Broken(nan_policy=True)
+    planner = Planner(model, config(), limits=ActionLimits(low=[0.5, -1.0], high=[1.0, -0.25]))
+    assert torch.equal(tick(planner, model).actions, torch.tensor([[0.5, -0.25]]).expand(4, 2))

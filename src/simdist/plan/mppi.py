@@ -101,8 +101,11 @@ class Planner:
     def reset(self) -> None:
         """Forget the warm start and reseed, so an episode replays exactly."""
         self._generator.manual_seed(self._seed)
-        self._last: Tensor | None = None  # the previous plan's actions (T,A), None after a fallback or reset
+        self._last: Tensor | None = None  # the previous plan's actions (T,A) as executed, None after a reset
         self._last_prev: Tensor | None = None
+        self._last_was_fallback = (
+            False  # a fallback is executed (and rate-limits from), never warm-started from
+        )
 
     def act(
         self, ctx: Context, command: Tensor, elapsed_steps: int = 1, *, prev_action: Tensor | None = None
@@ -200,7 +203,7 @@ class Planner:
         if not policy_ok:
             flags.append("policy_nonfinite")
 
-        warm = self._last is not None and elapsed < horizon
+        warm = self._last is not None and not self._last_was_fallback and elapsed < horizon
         if warm:
             assert self._last is not None
             mean = torch.cat([self._last[elapsed:], self._last[-1:].expand(elapsed, -1)])
@@ -299,9 +302,7 @@ class Planner:
         kind = "policy" if policy is not None else "hold"
         actions = policy.clone() if policy is not None else self._hold(prev)
         self._project_(actions[None], prev)
-        plan = self._finish(actions, prev, False, elapsed, iterations, float("nan"), nonfinite, kind, flags)
-        self._last = None  # never warm-start from a plan the model could not score
-        return plan
+        return self._finish(actions, prev, False, elapsed, iterations, float("nan"), nonfinite, kind, flags)
 
     def _finish(
         self,
@@ -317,5 +318,8 @@ class Planner:
     ) -> Plan:
         actions = actions.clone()
         self._last, self._last_prev = actions, prev
+        self._last_was_fallback = (
+            fallback is not None
+        )  # never warm-start from a plan the model could not score
         stats = PlanStats(iterations, best, warm, elapsed, nonfinite, fallback, tuple(flags))
         return Plan(action=actions[0].clone(), actions=actions, stats=stats)
