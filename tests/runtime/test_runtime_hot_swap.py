@@ -236,3 +236,22 @@ def test_a_hot_swap_in_real_time_misses_no_tick_around_it(go2_model: Path) -> No
     swap = ticks[versions.index("v0001")]
     window = [k for k in ticks if swap - 5 <= k <= swap + 5]
     assert window == list(range(swap - 5, swap + 6)), window  # every period around the swap had its tick
+
+
+def test_the_watcher_thread_stages_a_new_version_and_shares_the_frozen_weights(go2_model: Path) -> None:
+    import threading
+
+    store = ModelStore(go2_model, poll_s=0.05).start()
+    try:
+        store.start()  # idempotent: one watcher
+        watchers = [t for t in threading.enumerate() if t.name == "model-store"]
+        assert len(watchers) == 1 and watchers[0].daemon  # never keeps a stopped control process alive
+        version = publish_dynamics(go2_model, _perturbed(go2_model))
+        _wait_staged(store, timeout=10.0)
+        assert store.poll() == version and store.label == f"v{version:04d}"
+        old = store._loaded[0]
+        assert store.model.encoder is old.encoder and store.model.policy is old.policy  # the same tensors
+        assert store.model.dynamics is not old.dynamics
+    finally:
+        store.stop()
+    assert not [t for t in threading.enumerate() if t.name == "model-store"]
