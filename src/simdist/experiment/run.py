@@ -138,7 +138,7 @@ def _world_model_methods(
 
     `zero` is the zero-shot value of the lead's starting model (reused at a point without data, when known).
     """
-    from simdist.model.checkpoint import current_version
+    from simdist.model.checkpoint import current_version, version_label
     from simdist.runtime.deploy import run_deploy
     from simdist.runtime.finetune import finetune, real_episodes
 
@@ -196,7 +196,7 @@ def _world_model_methods(
                     episodes=episodes,
                     latent_error=latent,
                     data_steps=track.data_steps,
-                    version=f"v{current_version(track.folder):04d}",
+                    version=version_label(current_version(track.folder)),
                     note=track.note,
                 ),
                 f"seed {seed}, {track.method} at {minutes:g} min: {value:.3f}",

@@ -189,8 +189,13 @@ def _read_tensors(path: Path, expected: Mapping[str, torch.Tensor]) -> dict[str,
 # -- dynamics versions ----------------------------------------------------------------------------------------
 
 
+def version_label(version: int) -> str:
+    """The one name a dynamics version has: in file names, bags, reports and logs (v0003)."""
+    return f"v{version:04d}"
+
+
 def _version_name(version: int) -> str:
-    return f"v{version:04d}.safetensors"
+    return f"{version_label(version)}.safetensors"
 
 
 def list_versions(folder: str | Path) -> list[int]:

@@ -42,6 +42,7 @@ from simdist.model.checkpoint import (
     publish_dynamics,
     read_description,
     save_checkpoint,
+    version_label,
 )
 from simdist.model.world_model import Context, WorldModel
 from simdist.train.schedule import learning_rate
@@ -403,7 +404,9 @@ def finetune(
 
     limit = options.eval_windows
     before = heldout_latent_error(model, heldout, limit=limit)
-    say(f"held-out latent error of {_label(base_version)}: {before.mean():.5f} ({len(heldout)} windows)")
+    say(
+        f"held-out latent error of {version_label(base_version)}: {before.mean():.5f} ({len(heldout)} windows)"
+    )
     best = float(heldout_latent_error(model, select, limit=limit).mean())
     best_state, since = copy.deepcopy(trained.state_dict()), 0
     per_epoch = math.ceil(len(train) / options.batch_size)
@@ -472,7 +475,7 @@ def finetune(
                 data_hash=description["data_hash"],
                 extra={
                     **description.get("extra", {}),
-                    "full_finetune_of": f"{model_dir} {_label(base_version)}",
+                    "full_finetune_of": f"{model_dir} {version_label(base_version)}",
                 },
             )
             version = 0
@@ -508,10 +511,6 @@ def finetune(
     return report
 
 
-def _label(version: int) -> str:
-    return f"v{version:04d}"
-
-
 def _check_frozen(model: WorldModel, frozen: dict[str, torch.Tensor]) -> None:
     for key, value in model.state_dict().items():
         if key in frozen and not torch.equal(frozen[key], value):
@@ -539,7 +538,7 @@ def write_report(report: FinetuneReport, out_dir: Path) -> None:
 
     out_dir.mkdir(parents=True, exist_ok=True)
     if report.version is not None:
-        stem = f"finetune_{_label(report.version)}"
+        stem = f"finetune_{version_label(report.version)}"
     else:
         stem = f"finetune_refused_{len(list(out_dir.glob('finetune_refused_*.json'))):03d}"
     json_path, png_path = out_dir / f"{stem}.json", out_dir / f"{stem}.png"
@@ -547,9 +546,13 @@ def write_report(report: FinetuneReport, out_dir: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     steps = np.arange(1, len(report.latent_before) + 1)
     ax.plot(
-        steps, report.latent_before, marker="o", markersize=3, label=f"{_label(report.base_version)} (before)"
+        steps,
+        report.latent_before,
+        marker="o",
+        markersize=3,
+        label=f"{version_label(report.base_version)} (before)",
     )
-    after_label = _label(report.version) if report.version is not None else "finetuned (refused)"
+    after_label = version_label(report.version) if report.version is not None else "finetuned (refused)"
     ax.plot(steps, report.latent_after, marker="o", markersize=3, label=f"{after_label} (after)")
     ax.set_xlabel("prediction step k (z_hat(t+k))")
     ax.set_ylabel("held-out latent MSE (real data)")
@@ -654,7 +657,9 @@ def run(args: argparse.Namespace) -> int:
     if folder != args.model:
         print(f"finetuning a working copy: {folder} (of {args.model}; --in-place updates that folder)")
     report = finetune(folder, args.bags, options_from_args(args), log=lambda m: print(m, flush=True))
-    outcome = f"published {_label(report.version)}" if report.version is not None else "nothing published"
+    outcome = (
+        f"published {version_label(report.version)}" if report.version is not None else "nothing published"
+    )
     print(
         f"{outcome}: {report.reason}; {report.minutes_of_data:.1f} min of data, {report.steps} steps "
         f"({report.epochs:.1f} epochs) in {report.seconds:.0f} s; report {report.report_json}"

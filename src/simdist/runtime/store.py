@@ -16,17 +16,18 @@ from pathlib import Path
 import torch
 
 from simdist.errors import CheckpointError
-from simdist.model.checkpoint import current_version, load_checkpoint, read_dynamics, rollback_target
+from simdist.model.checkpoint import (
+    current_version,
+    load_checkpoint,
+    read_dynamics,
+    rollback_target,
+    version_label,
+)
 from simdist.model.checkpoint import rollback as rollback_current
 from simdist.model.world_model import WorldModel
 from simdist.runtime.realtime import freeze_heap
 
 log = logging.getLogger(__name__)
-
-
-def version_label(version: int) -> str:
-    """The name a version has in bags and reports (v0003)."""
-    return f"v{version:04d}"
 
 
 class ModelStore:

@@ -21,6 +21,7 @@ from simdist.bags import schema
 from simdist.bags.reader import read_topics
 from simdist.bags.writer import RUN_PREFIX
 from simdist.errors import BagError, CheckpointError, SimdistError
+from simdist.model.checkpoint import version_label
 from simdist.runtime.finetune import FinetuneOptions, finetune
 from simdist.runtime.realtime import yield_to_control
 
@@ -162,7 +163,6 @@ class Announcer:
 
     def announce(self, model_dir: Path, version: int, wait_s: float) -> str:
         """Publish the version on /simdist/model_version and wait for the planner's event naming it."""
-        from simdist.runtime.store import version_label
         from simdist_finetune.conversions import version_msg
 
         label = version_label(version)
@@ -215,7 +215,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if report.version is None:
             print(f"nothing published: {report.reason}")
             return 0
-        print(f"published v{report.version:04d}: {report.reason}; report {report.report_json}", flush=True)
+        print(
+            f"published {version_label(report.version)}: {report.reason}; report {report.report_json}",
+            flush=True,
+        )
         if announcer is None:
             print("rclpy not available: not announced (a running planner picks it up from dynamics/current)")
         else:
