@@ -38,6 +38,10 @@ VERBS: dict[str, tuple[str, str]] = {
         "simdist.experiment.calibrate",
         "what a candidate real profile costs the zero-shot controller and the expert, against sim",
     ),
+    "plan-grid": (
+        "simdist.experiment.grid",
+        "planner settings against dynamics versions, lockstep, on sim:PROFILE (planning strength vs model quality)",
+    ),
     "experiment-merge": (
         "simdist.experiment.merge",
         "one report from experiment runs made apart (seeds in parallel, the oracle on its own)",

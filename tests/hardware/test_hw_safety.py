@@ -187,18 +187,25 @@ def test_limit_values_at_their_edges() -> None:
     SafetyLimits(position_lower=[0.3], position_upper=[0.3], max_step=0.1)  # a locked joint: lower == upper
     SafetyLimits(position_lower=[0.0], position_upper=[1.0], max_step=0.1, watchdog_periods=1)
     for bad, match in (
-        (dict(max_step=0.0), "max_step must be positive"),
-        (dict(watchdog_periods=0), "watchdog_periods must be >= 1 and stale_after_s > 0"),
-        (dict(stale_after_s=0.0), "watchdog_periods must be >= 1 and stale_after_s > 0"),
-        (dict(velocity_limit=[1.0, 2.0, 3.0]), "velocity_limit must be a scalar or have 2 values"),
-        (dict(torque_limit=[1.0, 2.0, 3.0]), "torque_limit must be a scalar or have 2 values"),
-        (dict(position_upper=[1.0, 0.5, 0.0]), "position_lower and position_upper must have equal length"),
+        (dict(max_step=0.0), r"max_step must be positive"),
+        (dict(max_step=[0.1] * 3), r"max_step must be a scalar or have 2 values, got shape \(3,\)"),
+        (dict(watchdog_periods=0), r"watchdog_periods must be >= 1 and stale_after_s > 0"),
+        (dict(stale_after_s=0.0), r"watchdog_periods must be >= 1 and stale_after_s > 0"),
+        (dict(velocity_limit=[1.0, 2.0, 3.0]), r"velocity_limit must be a scalar or have 2 values.*"),
+        (dict(torque_limit=[1.0, 2.0, 3.0]), r"torque_limit must be a scalar or have 2 values.*"),
+        (
+            dict(position_upper=[1.0, 0.5, 0.0]),
+            r"position_lower and position_upper must have equal length and lower <= upper",
+        ),
     ):
-        with pytest.raises(ValueError, match=match):
+        with pytest.raises(ValueError, match=f"^{match}$"):  # the whole message, as the user reads it
             _limits(**bad)
-    with pytest.raises(ValueError, match="control_hz must be positive"):
+    with pytest.raises(ValueError, match="^control_hz must be positive$"):
         SafetyFilter(_limits(), 0.0)
-    with pytest.raises(RuntimeError, match=r"SafetyFilter\.reset\(state\) must be called"):
+    SafetyFilter(_limits(), 0.5)  # a slow loop is still a loop
+    with pytest.raises(
+        RuntimeError, match=r"^SafetyFilter\.reset\(state\) must be called before the first filter\(\)$"
+    ):
         SafetyFilter(_limits(), HZ).hold_command()
 
 
@@ -246,7 +253,7 @@ def test_pd_torque_bound_with_soft_gains_and_without_kd_or_feed_forward() -> Non
     )
     out = _filter(limits).filter(_state(qd=(1.0, 1.0)), 0.0, JointCommand([1.0, 0.3], kp=0.5))
     assert out.command.joint_targets == pytest.approx([0.4, 0.3])
-    assert S.TORQUE_LIMITED in out.flags and S.RATE_LIMITED not in out.flags
+    assert out.flags == {S.TORQUE_LIMITED}  # neither the rate window nor the joint range was involved
     inside = _filter(limits).filter(_state(), 0.0, JointCommand([0.1, -0.1], kp=0.5))
     assert S.TORQUE_LIMITED not in inside.flags and inside.command.joint_targets.tolist() == [0.1, -0.1]
 
@@ -259,3 +266,12 @@ def test_torque_window_outside_the_joint_range_gives_way_to_it() -> None:
     out = f.filter(_state((1.4, -2.4)), 0.0, JointCommand([0.9, -1.9], kp=20.0, kd=0.0))
     assert out.command.joint_targets == pytest.approx([1.0, -2.0])
     assert out.flags == {S.TORQUE_LIMITED, S.POSITION_CLIPPED}
+
+
+def test_the_watchdog_trips_only_after_its_periods() -> None:
+    f = SafetyFilter(_limits(watchdog_periods=3), 4.0)  # 0.25 s periods: binary-exact times
+    f.reset(_state())
+    f.filter(_state(), 0.0, JointCommand([0.0, 0.0]))
+    edge = 3 * 0.25 + 1e-9  # exactly the allowance: not yet
+    assert not f.filter(_state(t=edge), edge, None).held
+    assert S.WATCHDOG in f.filter(_state(t=0.76), 0.76, None).flags

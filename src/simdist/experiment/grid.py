@@ -1,0 +1,170 @@
+"""`simdist plan-grid`: planning strength against model quality, lockstep, on one profile.
+
+Each named planner setting (the base planner with some keys changed) is evaluated with each dynamics version of one
+model folder (the pretrained v0000, then the adapted ones), on the task's evaluation protocol, the same episodes
+for every cell. A setting can widen the search (samples, iterations, std); the table says whether better dynamics
+give a wider search more to gain. Writes grid.json (atomically, after every cell, so a stopped run keeps what it
+measured and resumes) and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simdist.cli import add_overrides_argument
+from simdist.errors import ConfigError
+
+
+def parse_setting(text: str) -> tuple[str, dict[str, Any]]:
+    """'wide:num_samples=32,iterations=3' -> ('wide', {...}); 'cpu' alone is the base planner unchanged."""
+    from simdist.config import parse_overrides
+
+    name, _, keys = text.partition(":")
+    if not name.strip():
+        raise ConfigError(f"--setting '{text}': give a name, e.g. wide:num_samples=32,iterations=3")
+    return name.strip(), parse_overrides([k for k in keys.split(",") if k.strip()])
+
+
+def _versions(text: str) -> list[int]:
+    try:
+        versions = [int(v.strip().lstrip("v")) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError(f"--versions must be version numbers separated by commas, got '{text}'") from None
+    if not versions:
+        raise ConfigError("--versions is empty")
+    return versions
+
+
+def measure(
+    task: str,
+    profile: str,
+    model: Path,
+    versions: list[int],
+    settings: list[tuple[str, dict[str, Any]]],
+    *,
+    planner: str = "cpu",
+    episodes: int | None = None,
+    seed: int = 10_000,
+    overrides: dict[str, Any] | None = None,
+    out: Path | None = None,
+    say: Any = print,
+) -> dict[str, Any]:
+    """{"cells": {"v0001 wide": {...}}, ...}; cells already in out/grid.json are kept, not measured again."""
+    from simdist.experts.policy import atomic_json
+    from simdist.model.checkpoint import list_versions, rollback, version_label
+    from simdist.plan.config import load_planner_config
+    from simdist.runtime.adapt import evaluate_on_robot
+    from simdist.runtime.store import ModelStore
+    from simdist.sim.config import load_task
+
+    cfg = load_task(task, overrides)
+    cfg.profile(profile)
+    missing = [v for v in versions if v not in list_versions(model)]
+    if missing:
+        raise ConfigError(f"{model}: no dynamics version {', '.join(version_label(v) for v in missing)}")
+    for _name, changes in settings:  # a bad key or value fails here, before any evaluation
+        load_planner_config(planner, cfg.robot, {"budget_ms": None, **changes})
+    path = None if out is None else out / "grid.json"
+    result: dict[str, Any] = {"task": task, "profile": profile, "model": str(model), "cells": {}}
+    if path is not None and path.is_file():
+        import json
+
+        result["cells"] = json.loads(path.read_text()).get("cells", {})
+    metric_key = "progress_m" if cfg.robot == "go2" else "success"
+    with tempfile.TemporaryDirectory() as scratch:
+        for version in versions:
+            folder = Path(scratch) / version_label(version)
+            shutil.copytree(model, folder, ignore=shutil.ignore_patterns("reports", ".*.tmp"))
+            rollback(folder, version)  # a copy pointed at this version: the model folder is never touched
+            store = ModelStore(folder)
+            for name, changes in settings:
+                key = f"{version_label(version)} {name}"
+                if key in result["cells"]:
+                    continue
+                metric, value, ended = evaluate_on_robot(
+                    task,
+                    profile,
+                    store,
+                    overrides=overrides,
+                    planner=planner,
+                    planner_overrides={"budget_ms": None, **changes},
+                    episodes=episodes,
+                    seed=seed,
+                )
+                per = [float(e["metrics"][metric_key]) for e in ended]
+                result["metric"] = metric
+                result["cells"][key] = {
+                    "value": value,
+                    "stderr": float(np.std(per, ddof=1) / np.sqrt(len(per))) if len(per) > 1 else 0.0,
+                    "falls": int(sum(float(e["metrics"].get("fell", 0.0)) for e in ended)),
+                    "episodes": len(per),
+                    "per_episode": per,
+                    "planner": {"name": planner, **changes},
+                }
+                say(f"{key}: {value:.3f} ({result['cells'][key]['falls']} falls, {len(per)} episodes)")
+                if path is not None:
+                    out.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
+                    atomic_json(path, result)
+    return result
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--task", required=True, help="task name (config/tasks/<task>.yaml)")
+    parser.add_argument("--profile", required=True, help="the robot: sim:<profile> (e.g. ptfe, foam, real)")
+    parser.add_argument("--model", type=Path, required=True, help="model folder with the dynamics versions")
+    parser.add_argument("--versions", required=True, help="dynamics versions, comma-separated (0,1,2)")
+    parser.add_argument(
+        "--setting",
+        dest="settings",
+        action="append",
+        required=True,
+        metavar="NAME[:KEY=VALUE,...]",
+        help="a planner setting: the base planner with these keys changed (repeatable)",
+    )
+    parser.add_argument("--planner", default="cpu", help="the base planner (config/planner/<name>.yaml)")
+    parser.add_argument("--episodes", type=int, default=None, help="per speed (Go2) or in all (peg)")
+    parser.add_argument("--seed", type=int, default=10_000)
+    parser.add_argument("--out", type=Path, default=None, help="folder for grid.json (resumes from it)")
+    add_overrides_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from simdist.config import parse_overrides
+    from simdist.model.checkpoint import version_label
+    from simdist.runtime.deploy import resolve_model
+
+    settings = [parse_setting(s) for s in args.settings]
+    versions = _versions(args.versions)
+    model = resolve_model(args.task, args.model)
+    result = measure(
+        args.task,
+        args.profile,
+        model,
+        versions,
+        settings,
+        planner=args.planner,
+        episodes=args.episodes,
+        seed=args.seed,
+        overrides=parse_overrides(args.overrides),
+        out=args.out,
+    )
+    table = Table(title=f"{args.task} on sim:{args.profile}: {result.get('metric', '')} (falls)")
+    table.add_column("dynamics")
+    for name, _ in settings:
+        table.add_column(name, justify="right")
+    for version in versions:
+        cells = [result["cells"][f"{version_label(version)} {name}"] for name, _ in settings]
+        table.add_row(version_label(version), *(f"{c['value']:.3f} ({c['falls']})" for c in cells))
+    Console().print(table)
+    if args.out is not None:
+        print(f"wrote {args.out / 'grid.json'}")
+    return 0

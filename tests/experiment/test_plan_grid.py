@@ -1,0 +1,65 @@
+"""`simdist plan-grid`: every planner setting with every dynamics version, on the same episodes; resumable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from simdist.cli import main
+from simdist.experiment import grid
+from simdist.model.checkpoint import current_version, load_checkpoint, publish_dynamics
+from simdist.runtime.scratch import write_random_checkpoint
+
+
+@pytest.fixture(scope="module")
+def peg_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = write_random_checkpoint(tmp_path_factory.mktemp("grid") / "peg", "ur5e_peg")
+    model = load_checkpoint(folder)
+    with torch.no_grad():
+        for p in model.dynamics.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    publish_dynamics(folder, model.dynamics)
+    return folder
+
+
+def test_every_setting_meets_every_version_and_a_rerun_resumes(
+    peg_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = [grid.parse_setting("cpu"), grid.parse_setting("wide:num_samples=8,iterations=2,elites=4")]
+    assert settings[1] == ("wide", {"num_samples": 8, "iterations": 2, "elites": 4})
+    out = tmp_path / "grid"
+    result = grid.measure(
+        "ur5e_peg", "real", peg_model, [0, 1], settings, episodes=1, out=out, say=lambda _: None
+    )
+    cells = result["cells"]
+    assert sorted(cells) == ["v0000 cpu", "v0000 wide", "v0001 cpu", "v0001 wide"]
+    assert all(c["episodes"] == 1 and c["value"] in (0.0, 1.0) for c in cells.values())
+    assert cells["v0001 wide"]["planner"] == {"name": "cpu", "num_samples": 8, "iterations": 2, "elites": 4}
+    assert current_version(peg_model) == 1  # the model folder itself is never rolled back
+    # a rerun on the same folder evaluates nothing: every cell is in grid.json already
+    import simdist.runtime.adapt as adapt
+
+    monkeypatch.setattr(adapt, "evaluate_on_robot", lambda *a, **k: pytest.fail("evaluated again"))
+    again = grid.measure(
+        "ur5e_peg", "real", peg_model, [0, 1], settings, episodes=1, out=out, say=lambda _: None
+    )
+    assert again["cells"] == cells
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--versions", "0,7", "--setting", "cpu"], "no dynamics version v0007"),
+        (["--versions", "0,x", "--setting", "cpu"], "--versions must be version numbers"),
+        (["--versions", "0", "--setting", "wide:num_samplez=8"], "num_samplez"),
+        (["--versions", "0", "--setting", ":iterations=2"], "give a name"),
+    ],
+)
+def test_bad_grid_input_is_one_line(
+    peg_model: Path, args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["plan-grid", "--task", "ur5e_peg", "--profile", "real", "--model", str(peg_model), *args])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0 and message in err, err
