@@ -103,9 +103,8 @@ class Planner:
         self._generator.manual_seed(self._seed)
         self._last: Tensor | None = None  # the previous plan's actions (T,A) as executed, None after a reset
         self._last_prev: Tensor | None = None
-        self._last_was_fallback = (
-            False  # a fallback is executed (and rate-limits from), never warm-started from
-        )
+        # a fallback plan is executed (the next ticks rate-limit from it) but never warm-started from
+        self._last_was_fallback = False
 
     def act(
         self, ctx: Context, command: Tensor, elapsed_steps: int = 1, *, prev_action: Tensor | None = None
@@ -318,8 +317,6 @@ class Planner:
     ) -> Plan:
         actions = actions.clone()
         self._last, self._last_prev = actions, prev
-        self._last_was_fallback = (
-            fallback is not None
-        )  # never warm-start from a plan the model could not score
+        self._last_was_fallback = fallback is not None  # the model could not score it: no warm start from it
         stats = PlanStats(iterations, best, warm, elapsed, nonfinite, fallback, tuple(flags))
         return Plan(action=actions[0].clone(), actions=actions, stats=stats)
