@@ -308,3 +308,46 @@ def test_a_hold_without_a_previous_action_respects_both_bounds() -> None:
     model = Broken(nan_policy=True)
     planner = Planner(model, config(), limits=ActionLimits(low=[0.5, -1.0], high=[1.0, -0.25]))
     assert torch.equal(tick(planner, model).actions, torch.tensor([[0.5, -0.25]]).expand(4, 2))
+
+
+class Extremes(PointMass):
+    """Scores a chunk by its squared size: the elites sit in both tails of the samples."""
+
+    def score(self, ctx, latents, actions, command, last_value_only=False):
+        return actions.square().sum(-1), torch.zeros(actions.shape[:2])
+
+
+def _second_iteration_spread(model: PointMass, **changes: object) -> float:
+    cfg = config(num_samples=512, num_policy_samples=0, iterations=2, keep_elites=False, **changes)
+    tick(Planner(model, cfg), model)
+    second = model.predict_calls[1]
+    return float((second[1:] - second[0]).std())  # row 0 is the refitted mean itself
+
+
+def test_the_refitted_std_is_capped_at_init_std_and_floored_at_min_std() -> None:
+    # elites from both tails have a spread of about 2 x init_std: the next iteration samples at init_std
+    assert 0.85 < _second_iteration_spread(Extremes(horizon=4), elites=32, init_std=1.0, min_std=0.01) < 1.15
+    # one elite has no spread at all: the next iteration samples at min_std
+    assert 0.25 < _second_iteration_spread(Extremes(horizon=4), elites=1, init_std=1.0, min_std=0.3) < 0.35
+
+
+def test_the_base_policys_own_chunk_is_scored_and_policy_samples_can_be_off() -> None:
+    model = PointMass(horizon=4)
+    model.policy = torch.full((1, 4, 2), 0.7)
+    planner = Planner(model, config(num_policy_samples=1, iterations=1))
+    tick(planner, model)  # cold: the mean starts at the policy's chunk; warm (next tick) it does not
+    model.predict_calls.clear()
+    assert tick(planner, model).stats.warm_start
+    assert any(torch.equal(row, model.policy[0]) for row in model.predict_calls[0])
+    model.predict_calls.clear()
+    plan = tick(Planner(model, config(num_samples=16, num_policy_samples=0, iterations=1, elites=4)), model)
+    assert model.predict_calls[0].shape[0] == 16 and plan.stats.fallback is None
+
+
+def test_a_high_temperature_makes_the_mean_the_best_elite() -> None:
+    model = PointMass(horizon=4)
+    cfg = config(num_samples=64, num_policy_samples=0, iterations=1, elites=8, temperature=1e4)
+    plan = tick(Planner(model, cfg), model)
+    evaluated = model.predict_calls[0]
+    best = evaluated[int(model.returns(START, GOAL, evaluated, cfg.discount).argmax())]
+    assert torch.allclose(plan.actions, best, atol=1e-5)
