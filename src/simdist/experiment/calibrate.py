@@ -65,7 +65,7 @@ def measure(
     log: Any = print,
 ) -> dict[str, Any]:
     """Zero-shot planner and expert on `sim` and on `profile` with `param` at each value (see the module doc)."""
-    from simdist.experiment.run import protocol
+    from simdist.experiment.run import episode_stats, protocol
     from simdist.experts.evaluate import evaluate
     from simdist.runtime.adapt import evaluate_on_robot
     from simdist.runtime.store import ModelStore
@@ -85,15 +85,9 @@ def measure(
         _, value, ended = evaluate_on_robot(
             task, name, store, overrides={**base, **extra}, planner=planner, episodes=episodes, seed=seed
         )
-        per = [float(e["metrics"][metric_key]) for e in ended]
-        fell = [float(e["metrics"].get("fell", 0.0)) for e in ended]
-        return {
-            "value": value,
-            "stderr": float(np.std(per, ddof=1) / np.sqrt(len(per))) if len(per) > 1 else 0.0,
-            "falls": int(sum(fell)),
-            "episodes": len(per),
-            "seconds": time.perf_counter() - start,
-        }
+        stats = episode_stats(ended, metric_key)
+        del stats["per_episode"]
+        return {**stats, "value": value, "seconds": time.perf_counter() - start}
 
     def expert_on(name: str, extra: dict[str, Any]) -> dict[str, Any] | None:
         if policy is None:

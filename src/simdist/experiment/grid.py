@@ -15,8 +15,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from simdist.cli import add_overrides_argument
 from simdist.errors import ConfigError
 
@@ -56,6 +54,7 @@ def measure(
     say: Any = print,
 ) -> dict[str, Any]:
     """{"cells": {"v0001 wide": {...}}, ...}; cells already in out/grid.json are kept, not measured again."""
+    from simdist.experiment.run import episode_stats, protocol
     from simdist.experts.policy import atomic_json
     from simdist.model.checkpoint import list_versions, rollback, version_label
     from simdist.plan.config import load_planner_config
@@ -76,9 +75,11 @@ def measure(
         import json
 
         result["cells"] = json.loads(path.read_text()).get("cells", {})
-    metric_key = "progress_m" if cfg.robot == "go2" else "success"
+    _, _, metric_key, _ = protocol(cfg, episodes)
     with tempfile.TemporaryDirectory() as scratch:
         for version in versions:
+            if all(f"{version_label(version)} {name}" in result["cells"] for name, _ in settings):
+                continue  # measured in an earlier run: no copy, no model load
             folder = Path(scratch) / version_label(version)
             shutil.copytree(model, folder, ignore=shutil.ignore_patterns("reports", ".*.tmp"))
             rollback(folder, version)  # a copy pointed at this version: the model folder is never touched
@@ -97,17 +98,14 @@ def measure(
                     episodes=episodes,
                     seed=seed,
                 )
-                per = [float(e["metrics"][metric_key]) for e in ended]
-                result["metric"] = metric
-                result["cells"][key] = {
+                cell = {
+                    **episode_stats(ended, metric_key),
                     "value": value,
-                    "stderr": float(np.std(per, ddof=1) / np.sqrt(len(per))) if len(per) > 1 else 0.0,
-                    "falls": int(sum(float(e["metrics"].get("fell", 0.0)) for e in ended)),
-                    "episodes": len(per),
-                    "per_episode": per,
                     "planner": {"name": planner, **changes},
                 }
-                say(f"{key}: {value:.3f} ({result['cells'][key]['falls']} falls, {len(per)} episodes)")
+                result["metric"] = metric
+                result["cells"][key] = cell
+                say(f"{key}: {value:.3f} ({cell['falls']} falls, {cell['episodes']} episodes)")
                 if path is not None:
                     out.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
                     atomic_json(path, result)

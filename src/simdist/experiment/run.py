@@ -57,6 +57,18 @@ def protocol(cfg: TaskConfig, eval_episodes: int | None) -> tuple[int, str, str,
     return count, "success rate", "success", f"{count} episodes"
 
 
+def episode_stats(ended: list[dict[str, Any]], metric_key: str) -> dict[str, Any]:
+    """Mean, standard error, falls and per-episode values of evaluated episodes (`protocol`'s metric key)."""
+    per = [float(e["metrics"][metric_key]) for e in ended]
+    return {
+        "value": float(np.mean(per)) if per else float("nan"),
+        "stderr": float(np.std(per, ddof=1) / np.sqrt(len(per))) if len(per) > 1 else 0.0,
+        "falls": int(sum(float(e["metrics"].get("fell", 0.0)) for e in ended)),
+        "episodes": len(per),
+        "per_episode": per,
+    }
+
+
 @dataclass
 class _Track:
     """A world-model method's working checkpoint (a copy of its starting model) and its counters."""
