@@ -84,7 +84,7 @@ def freeze_heap() -> None:
     """Move every object alive now into the garbage collector's permanent generation.
 
     A control process holds a large heap that lives as long as it does (torch modules, ROS entities, ~190 k objects
-    here); a full collection walks all of it and holds the GIL for 0.1-0.4 s on this CPU, which misses periods.
+    here); a full collection walks all of it and held the GIL for 0.3-0.4 s on this loaded CPU: missed periods.
     Frozen objects are never walked again, so the collections left stay short. Call it after start-up and after
     loading a model version (both create long-lived objects); it is cheap."""
     gc.freeze()
