@@ -51,9 +51,15 @@ def measure(
     seed: int = 10_000,
     overrides: dict[str, Any] | None = None,
     out: Path | None = None,
+    audit_every: int | None = None,
     say: Any = print,
 ) -> dict[str, Any]:
-    """{"cells": {"v0001 wide": {...}}, ...}; cells already in out/grid.json are kept, not measured again."""
+    """{"cells": {"v0001 wide": {...}}, ...}; cells already in out/grid.json are kept, not measured again.
+
+    `audit_every`: every so many ticks, each candidate chunk is also rolled out in a copy of the simulator and its
+    true reward set beside the model's prediction (`simdist.experiment.audit`); the cell gets an "audit" summary.
+    """
+    from simdist.experiment.audit import auditing, summarise
     from simdist.experiment.run import episode_stats, protocol
     from simdist.experts.policy import atomic_json
     from simdist.model.checkpoint import list_versions, rollback, version_label
@@ -88,21 +94,27 @@ def measure(
                 key = f"{version_label(version)} {name}"
                 if key in result["cells"]:
                     continue
+                planner_overrides = {"budget_ms": None, **changes}
+                discount = load_planner_config(planner, cfg.robot, planner_overrides).discount
+                auditor, on_start = auditing(audit_every, discount)
                 metric, value, ended = evaluate_on_robot(
                     task,
                     profile,
                     store,
                     overrides=overrides,
                     planner=planner,
-                    planner_overrides={"budget_ms": None, **changes},
+                    planner_overrides=planner_overrides,
                     episodes=episodes,
                     seed=seed,
+                    on_start=on_start,
                 )
                 cell = {
                     **episode_stats(ended, metric_key),
                     "value": value,
                     "planner": {"name": planner, **changes},
                 }
+                if auditor is not None:
+                    cell["audit"] = {"every": audit_every, **summarise(auditor.records)}
                 result["metric"] = metric
                 result["cells"][key] = cell
                 say(f"{key}: {value:.3f} ({cell['falls']} falls, {cell['episodes']} episodes)")
@@ -129,6 +141,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--episodes", type=int, default=None, help="per speed (Go2) or in all (peg)")
     parser.add_argument("--seed", type=int, default=10_000)
     parser.add_argument("--out", type=Path, default=None, help="folder for grid.json (resumes from it)")
+    parser.add_argument(
+        "--audit-every",
+        type=int,
+        default=None,
+        metavar="N",
+        help="every N ticks, roll each candidate chunk out in a copy of the simulator: the model's ranking "
+        "against the profile's (a second table)",
+    )
     add_overrides_argument(parser)
 
 
@@ -142,6 +162,8 @@ def run(args: argparse.Namespace) -> int:
 
     settings = [parse_setting(s) for s in args.settings]
     versions = _versions(args.versions)
+    if args.audit_every is not None and args.audit_every < 1:
+        raise ConfigError(f"--audit-every must be >= 1, got {args.audit_every}")
     model = resolve_model(args.task, args.model)
     result = measure(
         args.task,
@@ -154,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         overrides=parse_overrides(args.overrides),
         out=args.out,
+        audit_every=args.audit_every,
     )
     table = Table(title=f"{args.task} on sim:{args.profile}: {result.get('metric', '')} (falls)")
     table.add_column("dynamics")
@@ -163,6 +186,27 @@ def run(args: argparse.Namespace) -> int:
         cells = [result["cells"][f"{version_label(version)} {name}"] for name, _ in settings]
         table.add_row(version_label(version), *(f"{c['value']:.3f} ({c['falls']})" for c in cells))
     Console().print(table)
+    if args.audit_every:
+        Console().print(_audit_table(result, versions, settings))
     if args.out is not None:
         print(f"wrote {args.out / 'grid.json'}")
     return 0
+
+
+def _audit_table(result: dict[str, Any], versions: list[int], settings: list[tuple[str, Any]]) -> Any:
+    from rich.table import Table
+
+    from simdist.experiment.audit import TICK_KEYS
+    from simdist.model.checkpoint import version_label
+
+    table = Table(title="candidates rolled out in the simulator (mean, SE over audited ticks)")
+    table.add_column("figure")
+    cells = [f"{version_label(v)} {name}" for v in versions for name, _ in settings]
+    cells = [c for c in cells if "audit" in result["cells"][c]]
+    for cell in cells:
+        table.add_column(cell, justify="right")
+    table.add_row("ticks", *(str(result["cells"][c]["audit"]["ticks"]) for c in cells))
+    for key in TICK_KEYS:
+        figures = (result["cells"][c]["audit"][key] for c in cells)
+        table.add_row(key, *(f"{f['mean']:.3f} ({f['stderr']:.3f})" for f in figures))
+    return table

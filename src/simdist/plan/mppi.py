@@ -7,6 +7,7 @@ the action bounds and rate limits, so the refitted mean (a convex combination of
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -81,6 +82,9 @@ class Planner:
                 config.num_samples + n_extra, self.horizon, self.act_dim, device=self.device
             )
             self._scores = torch.zeros(config.num_samples + n_extra, device=self.device)
+        # a diagnostic's view of the search (`simdist plan-audit`): called with each iteration's newly evaluated
+        # chunks (n,T,A) and their scores (n,), views of the planner's buffers, to be copied if kept
+        self.on_candidates: Callable[[Tensor, Tensor], None] | None = None
         self._evaluate = self._evaluate_eager
         if config.compile:
             self._evaluate = torch.compile(self._evaluate_eager, dynamic=False)
@@ -246,6 +250,8 @@ class Planner:
                 nonfinite += n_bad
                 new_scores = torch.where(finite, new_scores, -torch.inf)
             scores[:n_eval] = new_scores
+            if self.on_candidates is not None:
+                self.on_candidates(pool[:n_eval], new_scores)
             n_pool = n_gauss + n_extra
             top = torch.topk(scores[:n_pool], cfg.elites)
             if not bool(torch.isfinite(top.values[0])):

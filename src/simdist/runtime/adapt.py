@@ -13,7 +13,7 @@ import argparse
 import json
 import shutil
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,8 +51,12 @@ def evaluate_on_robot(
     planner_overrides: Mapping[str, Any] | None = None,
     episodes: int | None = None,
     seed: int = 10_000,
+    on_start: Callable[[DeployLoop], None] | None = None,
 ) -> tuple[str, float, list[dict[str, Any]]]:
-    """(metric name, value, per-episode results): Go2 forward progress over speeds x episodes, or peg success."""
+    """(metric name, value, per-episode results): Go2 forward progress over speeds x episodes, or peg success.
+
+    `on_start(loop)` is called once, after the first tick (a diagnostic attaches itself there: `plan-grid --audit`).
+    """
     from simdist.hardware.sim_robot import SimRobot
 
     cfg = load_task(task, overrides)
@@ -67,7 +71,9 @@ def evaluate_on_robot(
     robot = SimRobot(task, profile, seed=seed, overrides=overrides, commands=commands)
     stop = threading.Event()
 
-    def enough(_: int, loop: DeployLoop) -> None:
+    def enough(k: int, loop: DeployLoop) -> None:
+        if k == 0 and on_start is not None:
+            on_start(loop)
         if len(loop.stats.episodes) >= count:
             stop.set()
 
