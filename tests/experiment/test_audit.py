@@ -1,0 +1,69 @@
+"""`plan-grid --audit-every`: candidates rolled out in copies of the simulator, the audited run left as it was."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simdist.experiment import audit, grid
+from simdist.runtime.scratch import write_random_checkpoint
+from simdist.sim import make_env
+
+
+def test_spearman_ranks_not_values() -> None:
+    a = np.array([1.0, 2.0, 3.0, 4.0])
+    assert audit.spearman(a, a**3) == pytest.approx(1.0)
+    assert audit.spearman(a, -np.exp(a)) == pytest.approx(-1.0)
+    assert audit.spearman(a, np.array([2.0, 1.0, 4.0, 3.0])) == pytest.approx(0.6)
+    assert np.isnan(audit.spearman(a, np.ones(4)))  # a constant has no ranking
+    assert np.isnan(audit.spearman(a[:2], a[:2]))
+
+
+def test_true_rewards_step_copies_and_leave_the_env_alone() -> None:
+    env = make_env("go2_foam", "foam", num_envs=1, seed=3)
+    twin = make_env("go2_foam", "foam", num_envs=1, seed=3)
+    env.reset(seed=3)
+    twin.reset(seed=3)
+    rng = np.random.default_rng(0)
+    chunks = rng.normal(0, 0.5, (3, 6, env.action_dim)).astype(np.float32)
+    chunks[2] = chunks[0]
+    first = audit.true_rewards(env, chunks, 0.99)
+    assert first[0] == first[2]  # the same chunk from the same state: the same true reward
+    assert first[0] != first[1]
+    assert np.array_equal(audit.true_rewards(env, chunks, 0.99), first)  # copies: env is where it was
+    # ... and stepping env now matches its twin that never had copies made of it
+    expected = 0.0
+    for k, action in enumerate(chunks[1]):
+        _, r_env, *_ = env.step(action[None])
+        _, r_twin, *_ = twin.step(action[None])
+        assert r_env[0] == r_twin[0]
+        expected += 0.99**k * float(r_env[0])
+    assert first[1] == pytest.approx(expected)
+
+
+@pytest.fixture(scope="module")
+def go2_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_random_checkpoint(tmp_path_factory.mktemp("audit") / "go2", "go2_foam")
+
+
+def test_an_audited_run_is_the_unaudited_run_and_the_policy_chunk_is_a_candidate(go2_model: Path) -> None:
+    settings = [grid.parse_setting("small:num_samples=4,num_policy_samples=2,elites=2")]
+    # 20-tick episodes that never end in a fall (a random model's robot would fall at a different tick each time)
+    no_falls = {"termination.max_tilt_deg": 180.0, "termination.min_base_height": -1.0}
+    no_falls["termination.contact_force_n"] = 1e9
+    kwargs = {"episodes": 1, "say": lambda _: None, "overrides": {"episode_seconds": 0.4, **no_falls}}
+    plain = grid.measure("go2_foam", "foam", go2_model, [0], settings, **kwargs)["cells"]["v0000 small"]
+    audited = grid.measure("go2_foam", "foam", go2_model, [0], settings, audit_every=3, **kwargs)["cells"][
+        "v0000 small"
+    ]
+    assert audited["per_episode"] == plain["per_episode"]  # copies were stepped, never the robot
+    report = audited["audit"]
+    # 61 ticks (3 episodes of 20, and the tick that sees the last end), the first before the auditor attaches:
+    # every 3rd of the other 60
+    assert report["ticks"] == 20 and report["every"] == 3
+    # the base policy's chunk is itself a candidate, so the best candidate is never truly worse than it
+    assert report["gain_best"]["mean"] >= 0.0
+    assert -1.0 <= report["rank_reward"]["mean"] <= 1.0
+    assert report["error_reward"]["mean"] >= abs(report["bias_reward"]["mean"])
