@@ -255,3 +255,33 @@ def test_the_watcher_thread_stages_a_new_version_and_shares_the_frozen_weights(g
     finally:
         store.stop()
     assert not [t for t in threading.enumerate() if t.name == "model-store"]
+
+
+def test_a_version_announced_twice_at_once_is_loaded_and_staged_once(
+    go2_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watcher and a ROS announcement both call check(): the second must neither load the version beside the
+    first (a second copy of the dynamics on the GIL beside the control thread) nor stage it again after the swap."""
+    import threading
+
+    store = ModelStore(go2_model)
+    loads: list[int] = []
+    build = store._with_dynamics
+
+    def slow_build(state: dict) -> object:
+        loads.append(1)
+        time.sleep(0.3)  # long enough for the second caller to arrive while the first loads
+        return build(state)
+
+    monkeypatch.setattr(store, "_with_dynamics", slow_build)
+    version = publish_dynamics(go2_model, _perturbed(go2_model))
+    results: list[int | None] = []
+    callers = [threading.Thread(target=lambda: results.append(store.check())) for _ in range(2)]
+    for t in callers:
+        t.start()
+        time.sleep(0.05)
+    for t in callers:
+        t.join()
+    assert sorted(results, key=str) == [version, None] and len(loads) == 1
+    assert store.poll() == version
+    assert store.check() is None and store.poll() is None  # in use: nothing staged again

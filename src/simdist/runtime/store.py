@@ -46,7 +46,10 @@ class ModelStore:
         self.device = torch.device(device)
         self.version = current_version(self.folder)
         self.model = load_checkpoint(self.folder, version=self.version, device=self.device).eval()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the staged slot, between the control thread and the loaders
+        # one check at a time: the watcher and a version announcement (ROS) both call check(); two at once loaded
+        # the same version twice, side by side, and the slower one staged it again after the swap
+        self._checking = threading.Lock()
         self._staged: tuple[int, WorldModel] | None = None
         self._loaded: dict[int, WorldModel] = {self.version: self.model}  # swapped-out models, for rollback
         self._refused: set[int] = set()
@@ -79,7 +82,14 @@ class ModelStore:
                 log.exception("model store: checking %s failed", self.folder)
 
     def check(self) -> int | None:
-        """Look at `dynamics/current` once; load and stage a new version. Returns the staged version, if any."""
+        """Look at `dynamics/current` once; load and stage a new version. Returns the staged version, if any.
+
+        Thread-safe: concurrent calls run one after the other, and a version loaded by one is not loaded or staged
+        again by the next."""
+        with self._checking:
+            return self._check()
+
+    def _check(self) -> int | None:
         try:
             version = current_version(self.folder)
         except CheckpointError as exc:  # mid-rollback or a broken pointer: keep what we have
