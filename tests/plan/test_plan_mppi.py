@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from plan_toys import PointContext, PointMass, planner_config
@@ -351,3 +353,25 @@ def test_a_high_temperature_makes_the_mean_the_best_elite() -> None:
     evaluated = model.predict_calls[0]
     best = evaluated[int(model.returns(START, GOAL, evaluated, cfg.discount).argmax())]
     assert torch.allclose(plan.actions, best, atol=1e-5)
+
+
+@pytest.mark.parametrize("rho", [0.0, 0.9])
+def test_correlated_noise_keeps_each_steps_std_and_correlates_consecutive_steps(rho: float) -> None:
+    model = PointMass(horizon=4)
+    cfg = config(num_samples=4000, num_policy_samples=0, iterations=1, elites=4, init_std=0.5)
+    planner = Planner(model, dataclasses.replace(cfg, noise_correlation=rho), seed=1)
+    seen: list[torch.Tensor] = []
+    planner.on_candidates = lambda chunks, scores: seen.append(chunks.clone())
+    tick(planner, model)
+    offsets = seen[0][1:] / 0.5  # the mean is the policy's zero chunk; sample 0 is the mean itself
+    assert offsets.std(dim=(0, 2)).sub(1.0).abs().max() < 0.05  # every step keeps the std
+    lag1 = (offsets[:, 1:] * offsets[:, :-1]).mean() / offsets.square().mean()
+    lag3 = (offsets[:, 3:] * offsets[:, :-3]).mean() / offsets.square().mean()
+    assert abs(float(lag1) - rho) < 0.03 and abs(float(lag3) - rho**3) < 0.03
+    # the dimensions stay independent of each other
+    assert abs(float((offsets[..., 0] * offsets[..., 1]).mean())) < 0.03
+
+
+def test_noise_correlation_must_be_below_one() -> None:
+    with pytest.raises(ConfigError, match=r"noise_correlation must be in \[0, 1\)"):
+        config(noise_correlation=1.0)

@@ -56,6 +56,10 @@ class PlannerConfig:
     # times the members' disagreement (their variance in the normalised latent space, discounted like the
     # rewards), so a wide search stays away from chunks the model does not know. 0: off (and no member cost).
     disagreement_weight: float = 0.0
+    # Time-correlated sampling noise (as iCEM's coloured noise): the Gaussian samples' offsets from the mean follow
+    # an AR(1) process along the horizon with this lag-one correlation, each step keeping its std. White noise (0)
+    # on 50 Hz joint targets mostly averages out in the servos, so its chunks differ little on the robot.
+    noise_correlation: float = 0.0
 
     def __post_init__(self) -> None:
         checks = [
@@ -70,6 +74,7 @@ class PlannerConfig:
             (0 < self.discount <= 1, "discount must be in (0, 1]"),
             (self.num_threads >= 0, "num_threads must be >= 0"),
             (self.disagreement_weight >= 0, "disagreement_weight must be >= 0"),
+            (0 <= self.noise_correlation < 1, "noise_correlation must be in [0, 1)"),
             (self.budget_ms is None or self.budget_ms > 0, "budget_ms must be > 0 (or null: no deadline)"),
         ]
         for ok, message in checks:

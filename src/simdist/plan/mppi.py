@@ -38,6 +38,16 @@ class Plan:
     stats: PlanStats
 
 
+def _ar1_filter(rho: float, horizon: int, device: torch.device) -> Tensor | None:
+    """L with L L^T = the AR(1) correlation matrix rho^|i-j| (T,T): L @ white noise is unit-variance noise whose
+    consecutive steps correlate by rho. None for rho = 0 (white noise, nothing to do)."""
+    if rho == 0:
+        return None
+    lags = torch.arange(horizon, dtype=torch.float64)
+    corr = rho ** (lags[:, None] - lags[None, :]).abs()
+    return torch.linalg.cholesky(corr).to(device, torch.float32)
+
+
 class Planner:
     """MPPI/CEM hybrid over `model`'s action chunks; stateful only in its warm start and random generator."""
 
@@ -73,6 +83,7 @@ class Planner:
         gamma = config.discount
         self._discounts = gamma ** torch.arange(self.horizon, dtype=torch.float32, device=self.device)
         self._terminal = gamma**self.horizon  # gamma^T (the public code's gamma^(T+1) is a bug)
+        self._noise_filter = _ar1_filter(config.noise_correlation, self.horizon, self.device)
         self._seed = seed
         self._generator = torch.Generator(self.device)
         n_extra = max(config.num_policy_samples, config.elites if config.keep_elites else 0)
@@ -237,6 +248,8 @@ class Planner:
             began = _clock()
             gauss = pool[:n_gauss]
             torch.randn(gauss.shape, generator=self._generator, out=gauss)
+            if self._noise_filter is not None:  # white -> AR(1) along the horizon, unit variance per step
+                gauss.copy_(torch.einsum("ts,nsa->nta", self._noise_filter, gauss))
             gauss.mul_(std).add_(mean)
             gauss[0] = mean  # the current mean (at first: the warm start) is always evaluated
             # new samples, plus at first the policy samples, projected and scored together; carried ones keep
