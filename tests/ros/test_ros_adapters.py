@@ -296,3 +296,7 @@ def test_paced_thread_keeps_the_rate_and_skips_overrun_periods() -> None:
     gaps = np.diff(calls)
     assert gaps.min() >= 1 and (gaps > 1).sum() >= 1  # k follows the clock
     assert len(calls) + paced.missed <= 62
+    # the overrun is the step's own: attributed to a slow step, not to a thread that did not run on time
+    assert paced.missed_after_slow >= 2 and paced.longest_step_s >= 0.035
+    assert paced.missed_after_slow + paced.missed_while_waiting == paced.missed
+    assert f"{paced.missed} periods missed" in paced.summary()

@@ -222,7 +222,7 @@ class PlannerNode(Node):
         s = self.loop.stats.summary()
         self.get_logger().info(
             f"ticks {s['ticks']}: fresh {s['fresh']}, late {s['late']}, held {s['held']}, missed {s['missed']}, "
-            f"errors {s['errors']}, swaps {s['swaps']}; model {self.store.label}"
+            f"errors {s['errors']}, swaps {s['swaps']}; model {self.store.label}; {self.control.summary()}"
         )
 
 

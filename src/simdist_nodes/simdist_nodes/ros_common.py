@@ -95,13 +95,20 @@ def _bridge_logging(node: Node) -> RosLogHandler:
 class PacedThread:
     """Calls `step(k, target)` once per period on its own thread, on the clock: a late call skips the periods it
     overran (`missed` counts them) instead of bursting to catch up. Kept out of the rclpy executor, whose Python
-    wait-set rebuilding per timer event cost more CPU than the control work itself on this 2-core machine."""
+    wait-set rebuilding per timer event cost more CPU than the control work itself on this 2-core machine.
+
+    Each skip is attributed: `missed_after_slow` periods followed a step that itself took longer than a period (the
+    work was slow), `missed_while_waiting` followed a short step (the thread did not run on time: the CPU or the
+    GIL was elsewhere). `longest_step_s` is the longest step."""
 
     def __init__(self, period: float, step: Callable[[int, float], None], name: str) -> None:
         self.period = period
         self._step = step
         self._stop = threading.Event()
         self.missed = 0
+        self.missed_after_slow = 0
+        self.missed_while_waiting = 0
+        self.longest_step_s = 0.0
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> PacedThread:
@@ -111,6 +118,7 @@ class PacedThread:
     def _run(self) -> None:
         t0 = time.monotonic()
         k = 0
+        last_step = 0.0
         while not self._stop.is_set():
             target = t0 + k * self.period
             delay = target - time.monotonic()
@@ -120,10 +128,24 @@ class PacedThread:
             elif -delay >= self.period:  # whole periods passed: they are missed, not made up in a burst
                 skipped = int(-delay // self.period)
                 self.missed += skipped
+                if last_step > self.period:
+                    self.missed_after_slow += skipped
+                else:
+                    self.missed_while_waiting += skipped
                 k += skipped
                 target = t0 + k * self.period
+            began = time.monotonic()
             self._step(k, target)
+            last_step = time.monotonic() - began
+            self.longest_step_s = max(self.longest_step_s, last_step)
             k += 1
+
+    def summary(self) -> str:
+        return (
+            f"paced: {self.missed} periods missed ({self.missed_after_slow} after a step longer than a period, "
+            f"{self.missed_while_waiting} with the thread not running on time); "
+            f"longest step {self.longest_step_s * 1e3:.1f} ms"
+        )
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
