@@ -36,7 +36,10 @@ ARGUMENTS: tuple[Argument, ...] = (
     Argument("model_dir", "", "world-model folder (empty: $SIMDIST_MODELS_DIR/<task>, else models/<task>)"),
     Argument("bag_dir", "runs/bags", "folder where the logger writes run_NN bags"),
     Argument("robot_ip", "192.168.1.102", "UR5e controller address (robot:=real; RTDE on TCP 30004)"),
-    Argument("network_interface", "eth0", "Ethernet interface wired to the Go2 (robot:=real; DDS domain 0)"),
+    Argument("network_interface", "eth0", "Ethernet interface wired to the Go2 (robot:=real)"),
+    Argument(
+        "go2_domain_id", "0", "the Go2's CycloneDDS domain (robot:=real; 0 on a stock robot, 1 for unitree_mujoco)"
+    ),
     Argument("planner", "cpu", "planner preset (config/planner/<name>.yaml)", ("cpu", "gpu", "ensemble")),
     Argument(
         "rt_priority", "0", "SCHED_FIFO priority of the planner's control thread (0: normal scheduling)"
@@ -111,8 +114,14 @@ def stack_nodes(values: dict[str, str], *, robot_kind: str | None = None) -> lis
             hardware = {"robot_ip": given["robot_ip"]}
             robot_spec = f"ur5e:{given['robot_ip']}"
         else:
-            hardware = {"network_interface": given["network_interface"]}
-            robot_spec = f"go2:{given['network_interface']}"
+            try:
+                domain = int(given["go2_domain_id"])
+            except ValueError:
+                raise ValueError(
+                    f"launch argument go2_domain_id:={given['go2_domain_id']} is not an integer"
+                ) from None
+            hardware = {"network_interface": given["network_interface"], "domain_id": domain}
+            robot_spec = f"go2:{given['network_interface']}:{domain}"
         robot = NodeSpec("simdist_nodes", "proprio_node", "simdist_proprio", {"task": task, **hardware}, True)
     use_camera = given["robot"] == "real" and given["camera"] != ""
     nodes = [
