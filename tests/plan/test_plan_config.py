@@ -187,7 +187,10 @@ def test_a_malformed_planner_file_is_refused_naming_the_problem(tmp_path, monkey
         "a": ("extends: b\n", "planner config 'a' extends itself (a -> b -> a)"),
         "b": ("extends: a\n", None),
         "num": ("extends: 3\n", "planner config 'num': 'extends' must be a config name"),
-        "list": (_BASE + "robots: [arm]\n", "planner config 'list': 'robots' must be a mapping of robot -> settings"),
+        "list": (
+            _BASE + "robots: [arm]\n",
+            "planner config 'list': 'robots' must be a mapping of robot -> settings",
+        ),
         "flat": (_BASE + "robots:\n  arm: 3\n", "planner config 'flat': robots.arm must be a mapping"),
         "two": (
             "extends: base\nrobots:\n  arm: {zeta: 1, alpha: 2}\n",
