@@ -77,3 +77,135 @@ def test_task_action_limits() -> None:
     limits = task_action_limits({"robot": "ur5e", "action_clip": 1.0, "action_max_delta": 0.2})
     assert limits == ActionLimits(-1.0, 1.0, 0.2)
     assert task_action_limits({"robot": "other"}) == ActionLimits(None, None, None)
+
+
+# -- the checks of PlannerConfig, at their boundaries (tests that the mutation check showed were missing) ----------
+_EDGE = dict(  # every setting at the edge of what is allowed
+    num_samples=1,
+    num_policy_samples=0,
+    policy_std=0.0,
+    iterations=1,
+    elites=1,
+    temperature=1e-6,
+    init_std=0.5,
+    min_std=0.5,
+    horizon=1,
+    discount=1.0,
+    num_threads=0,
+    disagreement_weight=0.0,
+    budget_ms=None,
+)
+
+
+def test_every_setting_at_the_edge_of_its_range_is_accepted() -> None:
+    from simdist.plan.config import PlannerConfig
+
+    cfg = PlannerConfig(**_EDGE)
+    assert (cfg.num_samples, cfg.elites, cfg.min_std, cfg.init_std, cfg.discount) == (1, 1, 0.5, 0.5, 1.0)
+    assert PlannerConfig(**{**_EDGE, "budget_ms": 1e-3}).budget_ms == 1e-3  # any positive deadline
+    assert PlannerConfig(**{**_EDGE, "num_samples": 3, "elites": 3}).elites == 3  # elites == num_samples
+    assert PlannerConfig(**{**_EDGE, "temperature": 0.5, "discount": 0.5}).temperature == 0.5
+    assert PlannerConfig(**{**_EDGE, "min_std": 1e-6, "init_std": 0.5}).min_std == 1e-6
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"num_samples": 0, "elites": 0}, "num_samples must be >= 1"),
+        ({"num_policy_samples": -1}, "num_policy_samples must be >= 0"),
+        ({"iterations": 0}, "iterations must be >= 1"),
+        ({"elites": 0}, "elites must be in [1, num_samples]"),
+        ({"num_samples": 3, "elites": 4}, "elites must be in [1, num_samples]"),
+        ({"temperature": 0.0}, "temperature must be > 0"),
+        ({"temperature": -1.0}, "temperature must be > 0"),
+        ({"min_std": 0.0}, "need 0 < min_std <= init_std"),
+        ({"min_std": 0.6, "init_std": 0.5}, "need 0 < min_std <= init_std"),
+        ({"policy_std": -0.01}, "policy_std must be >= 0"),
+        ({"horizon": 0}, "horizon must be >= 1"),
+        ({"discount": 0.0}, "discount must be in (0, 1]"),
+        ({"discount": 1.01}, "discount must be in (0, 1]"),
+        ({"num_threads": -1}, "num_threads must be >= 0"),
+        ({"disagreement_weight": -0.1}, "disagreement_weight must be >= 0"),
+        ({"budget_ms": 0.0}, "budget_ms must be > 0 (or null: no deadline)"),
+        ({"budget_ms": -5.0}, "budget_ms must be > 0 (or null: no deadline)"),
+    ],
+)
+def test_a_setting_out_of_range_is_refused_naming_it(change: dict, message: str) -> None:
+    import re
+
+    from simdist.plan.config import PlannerConfig
+
+    with pytest.raises(ConfigError, match=f"^{re.escape('planner config: ' + message)}$"):
+        PlannerConfig(**{**_EDGE, **change})
+
+
+_BASE = (
+    "num_samples: 10\nnum_policy_samples: 2\npolicy_std: 0.05\niterations: 3\nelites: 4\ntemperature: 0.5\n"
+    "init_std: 1.0\nmin_std: 0.1\nhorizon: 5\ndiscount: 0.9\n"
+)
+
+
+def test_merge_order_own_top_level_beats_the_parents_robot_section(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("SIMDIST_CONFIG_DIR", str(tmp_path))
+    write(tmp_path, "base", _BASE + "robots:\n  arm: {iterations: 4, elites: 2}\n")
+    write(tmp_path, "child", "extends: base\niterations: 6\nrobots:\n  arm: {elites: 3}\n  legs: {}\n")
+    arm = load_planner_config("child", "arm")
+    assert (arm.iterations, arm.elites) == (6, 3)  # parent top, parent robot, own top, own robot
+    legs = load_planner_config("child", "legs")  # an empty robot section: the shared settings
+    assert (legs.iterations, legs.elites) == (6, 4)
+    write(tmp_path, "grandchild", "extends: child\n")
+    assert load_planner_config("grandchild", "arm") == arm  # two levels
+    write(tmp_path, "norobots", _BASE + "robots:\n")  # `robots:` left empty
+    assert load_planner_config("norobots", "arm").iterations == 3
+
+
+def test_defaults_fill_what_the_file_leaves_out_and_overrides_reach_them(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("SIMDIST_CONFIG_DIR", str(tmp_path))
+    write(tmp_path, "base", _BASE)
+    cfg = load_planner_config("base", "arm")
+    assert (cfg.keep_elites, cfg.compile, cfg.num_threads, cfg.budget_ms, cfg.disagreement_weight) == (
+        False,
+        False,
+        0,
+        None,
+        0.0,
+    )
+    assert load_planner_config("base", "arm", {}) == cfg  # no overrides: the file as written
+    cfg = load_planner_config("base", "arm", {"num_threads": 2, "budget_ms": 8.0, "disagreement_weight": 1.5})
+    assert (cfg.num_threads, cfg.budget_ms, cfg.disagreement_weight) == (2, 8.0, 1.5)
+    write(tmp_path, "missing", "num_samples: 10\n")
+    with pytest.raises(ConfigError, match="missing key 'planner.num_policy_samples'"):
+        load_planner_config("missing", "arm")
+
+
+def test_a_malformed_planner_file_is_refused_naming_the_problem(tmp_path, monkeypatch) -> None:
+    import re
+
+    monkeypatch.setenv("SIMDIST_CONFIG_DIR", str(tmp_path))
+    write(tmp_path, "base", _BASE)
+    cases = {
+        "a": ("extends: b\n", "planner config 'a' extends itself (a -> b -> a)"),
+        "b": ("extends: a\n", None),
+        "num": ("extends: 3\n", "planner config 'num': 'extends' must be a config name"),
+        "list": (
+            _BASE + "robots: [arm]\n",
+            "planner config 'list': 'robots' must be a mapping of robot -> settings",
+        ),
+        "flat": (_BASE + "robots:\n  arm: 3\n", "planner config 'flat': robots.arm must be a mapping"),
+        "two": (
+            "extends: base\nrobots:\n  arm: {zeta: 1, alpha: 2}\n",
+            "unknown key 'robots.arm.alpha' in planner config 'two' (valid: budget_ms, compile, "
+            "disagreement_weight, discount, elites, horizon, init_std, iterations, keep_elites, min_std, "
+            "num_policy_samples, num_samples, num_threads, policy_std, temperature)",
+        ),
+        "other": ("extends: base\nrobots:\n  legs: {bogus: 1}\n", "unknown key 'robots.legs.bogus'"),
+    }
+    for name, (text, _) in cases.items():
+        write(tmp_path, name, text)
+    for name, (_, message) in cases.items():
+        if message is not None:
+            with pytest.raises(ConfigError, match=f"^{re.escape(message)}"):
+                load_planner_config(name, "arm")  # a bad section of another robot is refused too
+    write(tmp_path, "badparent", "extends: flat\n")
+    with pytest.raises(ConfigError, match="planner config 'flat': robots.arm"):  # the parent's problem, named
+        load_planner_config("badparent", "legs")
