@@ -3,6 +3,8 @@ exactly (tests that the mutation check showed were missing)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from plan_toys import PointContext, PointMass, planner_config
@@ -84,7 +86,8 @@ def test_on_candidates_sees_each_iterations_evaluated_chunks_and_their_scores() 
     planner = Planner(model, config(num_samples=16, num_policy_samples=4, elites=4, iterations=3))
     seen = record_candidates(planner)
     tick(planner)
-    assert [chunks.shape[0] for chunks, _ in seen] == [20, 16, 16]  # policy samples in the first iteration only
+    # the policy samples are evaluated in the first iteration only
+    assert [chunks.shape[0] for chunks, _ in seen] == [20, 16, 16]
     for (chunks, scores), evaluated in zip(seen, model.predict_calls, strict=True):
         assert torch.equal(chunks, evaluated)
         assert torch.allclose(scores, model.returns(START, GOAL, chunks, 0.99), rtol=1e-5, atol=1e-4)
@@ -117,8 +120,8 @@ def test_nonfinite_samples_are_counted_over_all_iterations() -> None:
 
 def test_a_better_base_policy_chunk_beats_the_warm_start() -> None:
     model = PointMass(horizon=4, effort=1.0)
-    cfg = config(num_samples=16, num_policy_samples=4, policy_std=0.0, elites=4, iterations=1, temperature=1e4)
-    planner = Planner(model, cfg)
+    cfg = config(num_samples=16, num_policy_samples=4, policy_std=0.0, elites=4, iterations=1)
+    planner = Planner(model, dataclasses.replace(cfg, temperature=1e4))
     tick(planner)  # the policy proposes zeros: a poor first plan, then the warm start of the second
     optimum = model.optimum(START, GOAL, 0.99)
     model.policy = optimum[None].clone()
@@ -184,7 +187,8 @@ def test_a_replan_before_any_step_ran_keeps_the_rate_limit_to_the_action_before_
     planner = Planner(PointMass(horizon=4), config(iterations=3), limits=ActionLimits(max_delta=0.05))
     prev = torch.tensor([0.0, 0.0])
     tick(planner, prev_action=prev)
-    again = tick(planner, elapsed_steps=0)  # nothing of the first plan executed: `prev` is still the last action
+    # nothing of the first plan executed: `prev` is still the last action
+    again = tick(planner, elapsed_steps=0)
     assert again.stats.warm_start and float((again.action - prev).abs().max()) <= 0.05 + 1e-6
 
 
@@ -208,6 +212,7 @@ def test_a_float64_previous_action_is_held_and_rate_limited_in_float32() -> None
     plan = tick(Planner(PointMass(horizon=4), config(iterations=2), limits=limits), prev_action=prev)
     assert plan.actions.dtype == torch.float32
     assert float((plan.action - prev.float()).abs().max()) <= 0.1 + 1e-6
+
     # a hold (nan policy, nan scores) executes the previous action itself
     class Dead(NanPolicy):
         def score(self, ctx, latents, actions, command, last_value_only=False):
@@ -217,3 +222,50 @@ def test_a_float64_previous_action_is_held_and_rate_limited_in_float32() -> None
     hold = tick(Planner(Dead(horizon=4), config(iterations=1), limits=limits), prev_action=prev)
     assert hold.stats.fallback == "hold" and hold.actions.dtype == torch.float32
     assert torch.equal(hold.actions, prev.float().expand(4, 2))
+
+
+# -- the final clamp and re-projection, at offsets where float32 rounds at 1e-3 --------------------------------------
+
+OFFSET = 12345.0  # float32 spacing there: 2^-10
+
+
+class Ramp(PointMass):
+    """Rewards `sign` x the actions, later steps more: the elites push against the bounds and rate limits."""
+
+    def __init__(self, horizon: int, sign: float = 1.0) -> None:
+        super().__init__(horizon=horizon)
+        self.sign = sign
+        self.policy = torch.full((1, horizon, 2), OFFSET)
+
+    def score(self, ctx, latents, actions, command, last_value_only=False):
+        rewards = self.sign * actions.sum(-1) * torch.arange(1, self.horizon + 1, dtype=torch.float32)
+        return rewards, torch.zeros_like(rewards)
+
+
+def ramp_config(horizon: int, samples: int, elites: int, temperature: float) -> PlannerConfig:
+    return config(
+        horizon=horizon, iterations=2, init_std=1.0, num_samples=samples, elites=elites, num_policy_samples=0,
+        temperature=temperature,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_the_refitted_mean_is_clipped_to_the_bounds_even_where_rounding_pushes_it_out(sign: float) -> None:
+    # the weighted mean of elites at a bound rounds to an ulp beyond it at this offset
+    near, far = (0.3, 100.0) if sign > 0 else (100.0, 0.3)
+    limits = ActionLimits(OFFSET - far, OFFSET + near)
+    planner = Planner(Ramp(4, sign), ramp_config(4, 64, 16, 5.0), limits=limits)
+    plan = tick(planner, prev_action=torch.full((2,), OFFSET))
+    low, high = torch.tensor(limits.low), torch.tensor(limits.high)
+    assert bool((plan.actions >= low).all() and (plan.actions <= high).all())  # exactly, no tolerance
+    assert bool(((plan.actions == high) if sign > 0 else (plan.actions == low)).any())  # it is at the bound
+
+
+def test_a_rate_limit_broken_by_rounding_the_mean_is_restored() -> None:
+    # the mean's consecutive steps differ by more than max_delta by two ulps; re-projected, by at most half an ulp
+    prev = torch.full((2,), OFFSET)
+    limits = ActionLimits(OFFSET - 100.0, OFFSET + 100.0, 0.3)
+    plan = tick(Planner(Ramp(6), ramp_config(6, 128, 32, 5.0), limits=limits), prev_action=prev)
+    steps = torch.diff(plan.actions.double(), dim=0, prepend=prev[None].double()).abs()
+    assert float(steps.max()) > 0.29  # the limit is what holds it back
+    assert float((steps - 0.3).max()) <= 2.0**-11
