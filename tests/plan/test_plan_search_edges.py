@@ -261,11 +261,14 @@ def test_the_refitted_mean_is_clipped_to_the_bounds_even_where_rounding_pushes_i
     assert bool(((plan.actions == high) if sign > 0 else (plan.actions == low)).any())  # it is at the bound
 
 
-def test_a_rate_limit_broken_by_rounding_the_mean_is_restored() -> None:
-    # the mean's consecutive steps differ by more than max_delta by two ulps; re-projected, by at most half an ulp
+@pytest.mark.parametrize("horizon", [6, 1])
+def test_a_rate_limit_broken_by_rounding_the_mean_is_restored(horizon: int) -> None:
+    # the mean's steps differ by more than max_delta by two ulps (from each other; with one step, from the previous
+    # action); re-projected, by at most half an ulp
     prev = torch.full((2,), OFFSET)
     limits = ActionLimits(OFFSET - 100.0, OFFSET + 100.0, 0.3)
-    plan = tick(Planner(Ramp(6), ramp_config(6, 128, 32, 5.0), limits=limits), prev_action=prev)
+    planner = Planner(Ramp(horizon), ramp_config(horizon, 128, 32, 5.0), limits=limits)
+    plan = tick(planner, prev_action=prev)
     steps = torch.diff(plan.actions.double(), dim=0, prepend=prev[None].double()).abs()
     assert float(steps.max()) > 0.29  # the limit is what holds it back
     assert float((steps - 0.3).max()) <= 2.0**-11
