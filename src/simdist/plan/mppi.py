@@ -300,6 +300,8 @@ class Planner:
         if self._max_delta is None:
             return 0.0
         steps = torch.diff(actions, dim=0) if prev is None else torch.diff(actions, dim=0, prepend=prev[None])
+        if steps.numel() == 0:  # one step and no previous action: nothing to limit
+            return 0.0
         return float((steps.abs() - self._max_delta).max())
 
     def _hold(self, prev: Tensor | None) -> Tensor:
