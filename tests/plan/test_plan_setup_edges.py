@@ -233,14 +233,14 @@ def test_a_search_that_diverges_to_infinite_actions_falls_back_to_the_policy() -
     assert torch.equal(plan.actions, torch.full((4, 2), 0.25))
     stats = plan.stats
     assert (stats.fallback, stats.iterations, stats.elapsed_steps) == ("policy", 2, 3)
-    assert stats.nonfinite_samples == 0 and stats.flags == ("nonfinite_scores",)
+    assert stats.nonfinite_samples == 0 and stats.flags == ("nonfinite_plan",)  # every score was finite
     assert stats.best_score != stats.best_score and not stats.warm_start  # nan: no score to report
 
 
 def test_a_diverged_search_with_a_nan_policy_holds_the_previous_action() -> None:
     planner = Planner(Blind(policy=float("nan")), config(iterations=2, init_std=3e38, min_std=1.0))
     plan = tick(planner, prev_action=torch.tensor([0.1, -0.1]))
-    assert plan.stats.fallback == "hold" and plan.stats.flags == ("policy_nonfinite", "nonfinite_scores")
+    assert plan.stats.fallback == "hold" and plan.stats.flags == ("policy_nonfinite", "nonfinite_plan")
     assert torch.equal(plan.actions, torch.tensor([[0.1, -0.1]]).expand(4, 2))
 
 

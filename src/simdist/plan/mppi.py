@@ -269,7 +269,13 @@ class Planner:
             top = torch.topk(scores[:n_pool], cfg.elites)
             if not bool(torch.isfinite(top.values[0])):
                 return self._fallback(
-                    policy if policy_ok else None, prev, elapsed, iteration + 1, nonfinite, flags
+                    policy if policy_ok else None,
+                    prev,
+                    elapsed,
+                    iteration + 1,
+                    nonfinite,
+                    flags,
+                    "nonfinite_scores",
                 )
             elites = pool[:n_pool].index_select(0, top.indices)
             weights = torch.softmax(cfg.temperature * top.values, dim=0)
@@ -290,10 +296,11 @@ class Planner:
         actions = mean.clamp(self._low, self._high)
         if self._rate_violation(actions, prev) > 1e-6:
             self._project_(actions[None], prev)
-        if not bool(
-            torch.isfinite(actions).all()
-        ):  # cannot happen with finite elites; never return nan anyway
-            return self._fallback(policy if policy_ok else None, prev, elapsed, done, nonfinite, flags)
+        if not bool(torch.isfinite(actions).all()):
+            # finite scores of samples that overflowed (an absurd init_std) can still refit a non-finite mean
+            return self._fallback(
+                policy if policy_ok else None, prev, elapsed, done, nonfinite, flags, "nonfinite_plan"
+            )
         return self._finish(actions, prev, warm, elapsed, done, float(best), nonfinite, None, flags)
 
     def _rate_violation(self, actions: Tensor, prev: Tensor | None) -> float:
@@ -317,8 +324,11 @@ class Planner:
         iterations: int,
         nonfinite: int,
         flags: list[str],
+        reason: str,
     ) -> Plan:
-        flags.append("nonfinite_scores")
+        """The base policy's chunk (or a hold) instead of the search's plan; `reason` is the flag that says why:
+        "nonfinite_scores" (no finite score at all) or "nonfinite_plan" (the refitted mean was not finite)."""
+        flags.append(reason)
         kind = "policy" if policy is not None else "hold"
         actions = policy.clone() if policy is not None else self._hold(prev)
         self._project_(actions[None], prev)
