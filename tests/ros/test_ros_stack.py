@@ -75,7 +75,13 @@ def _run_go2(task: str, folder: Path, model_dir: Path) -> dict:
     """The task's stack for RUN_S seconds, then stopped as an operator would: Ctrl-C to the planner first."""
     bags = folder / "bags"
     values = {"task": task, "model_dir": str(model_dir), "bag_dir": str(bags)}
-    procs = start_stack(values, folder=folder, domain=_domain())
+    procs, rcs = _run_stack(values, folder, _domain())
+    return {"rcs": rcs, "out": {k: p.output() for k, p in procs.items()}, "bags": bags, "values": values}
+
+
+def _run_stack(values: dict, folder: Path, domain: int) -> tuple[dict, dict[str, int]]:
+    """Start the launch file's nodes for `values`, run RUN_S seconds once recording, stop the planner, then the rest."""
+    procs = start_stack(values, folder=folder, domain=domain)
     try:
         wait_for(procs["planner_node"], "warmed up", 90)
         wait_for(procs["logger_node"], "recording", 30)
@@ -85,7 +91,7 @@ def _run_go2(task: str, folder: Path, model_dir: Path) -> dict:
         rcs = stop_all({k: v for k, v in procs.items() if k != "planner_node"}) | planner_rc
     finally:
         kill_all(procs)
-    return {"rcs": rcs, "out": {k: p.output() for k, p in procs.items()}, "bags": bags, "values": values}
+    return procs, rcs
 
 
 @pytest.fixture(scope="module")
@@ -389,7 +395,9 @@ def test_finetune_process_hot_swaps_into_the_running_planner(go2_run: dict, tmp_
     assert not at_swap and max(per_swap) <= 2, f"gaps (swap, ms from it, ticks): {near}; {len(gaps)} in all"
 
 
-def test_go2_proprio_node_drives_the_robot_over_its_own_dds(tmp_path: Path, _templates: dict[str, Path]) -> None:
+def test_go2_proprio_node_drives_the_robot_over_its_own_dds(
+    tmp_path: Path, _templates: dict[str, Path]
+) -> None:
     """robot:=real for the Go2: the proprio node speaks unitree_sdk2py over CycloneDDS on loopback (rt/lowstate,
     rt/lowcmd with CRCs) to the Go2 stand-in of the hardware tests, the planner and logger over ROS as the launch
     file starts them. The stand-in follows PD targets without physics (the MuJoCo emulator of the hardware issue is
@@ -399,7 +407,11 @@ def test_go2_proprio_node_drives_the_robot_over_its_own_dds(tmp_path: Path, _tem
     domain = _domain()
     go2_domain = 200 + (domain % 30)  # CycloneDDS's own domain, away from the ROS one (the same RTPS ports)
     emulator = subprocess.Popen(
-        [sys.executable, str(Path(__file__).parents[1] / "hardware" / "go2_echo_emulator.py"), str(go2_domain)],
+        [
+            sys.executable,
+            str(Path(__file__).parents[1] / "hardware" / "go2_echo_emulator.py"),
+            str(go2_domain),
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -417,17 +429,8 @@ def test_go2_proprio_node_drives_the_robot_over_its_own_dds(tmp_path: Path, _tem
             "model_dir": str(_templates["go2_slope"]),
             "bag_dir": str(tmp_path / "bags"),
         }
-        procs = start_stack(values, folder=tmp_path, domain=domain)
+        procs, rcs = _run_stack(values, tmp_path, domain)
         assert set(procs) == {"proprio_node", "planner_node", "logger_node"}
-        try:
-            wait_for(procs["planner_node"], "warmed up", 90)
-            wait_for(procs["logger_node"], "recording", 30)
-            time.sleep(RUN_S)
-            planner_rc = stop_all({"planner_node": procs["planner_node"]})
-            time.sleep(0.5)
-            rcs = stop_all({k: v for k, v in procs.items() if k != "planner_node"}) | planner_rc
-        finally:
-            kill_all(procs)
         out, _ = emulator.communicate(input="", timeout=30)
     finally:
         emulator.kill()

@@ -78,7 +78,9 @@ class Auditor:
 
     def attach(self, loop: Any) -> None:
         planner, actuator = loop.planner, loop.actuator
-        planner.on_candidates = lambda chunks, scores: self._candidates.append((chunks.clone(), scores.clone()))
+        planner.on_candidates = lambda chunks, scores: self._candidates.append(
+            (chunks.clone(), scores.clone())
+        )
         act = planner.act
 
         def act_and_keep(ctx: Any, command: Tensor, *args: Any, **kwargs: Any) -> Any:

@@ -38,7 +38,9 @@ ARGUMENTS: tuple[Argument, ...] = (
     Argument("robot_ip", "192.168.1.102", "UR5e controller address (robot:=real; RTDE on TCP 30004)"),
     Argument("network_interface", "eth0", "Ethernet interface wired to the Go2 (robot:=real)"),
     Argument(
-        "go2_domain_id", "0", "the Go2's CycloneDDS domain (robot:=real; 0 on a stock robot, 1 for unitree_mujoco)"
+        "go2_domain_id",
+        "0",
+        "the Go2's CycloneDDS domain (robot:=real; 0 on a stock robot, 1 for unitree_mujoco)",
     ),
     Argument("planner", "cpu", "planner preset (config/planner/<name>.yaml)", ("cpu", "gpu", "ensemble")),
     Argument(
