@@ -373,5 +373,5 @@ def test_correlated_noise_keeps_each_steps_std_and_correlates_consecutive_steps(
 
 
 def test_noise_correlation_must_be_below_one() -> None:
-    with pytest.raises(ConfigError, match=r"noise_correlation must be in \[0, 1\)"):
+    with pytest.raises(ConfigError, match=r"^planner config: noise_correlation must be in \[0, 1\)$"):
         config(noise_correlation=1.0)
