@@ -202,3 +202,32 @@ def test_settings_describe_themselves() -> None:
         == "SCHED_FIFO 50, cpus 0, memory locked"
     )
     assert Scheduling(priority=50, cpus=(0,)).planner().describe() == "SCHED_FIFO 49, cpus 0"
+
+
+def test_a_tick_longer_than_its_period_is_counted_and_said_with_its_phases(
+    go2_model: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Real time, 20 ticks of 20 ms, two of them held up 60 ms in the actuator: both are counted as slow, and one
+    warning (at most one a second) names the phase the time went to."""
+    import logging
+    import time
+
+    from simdist.runtime.actuation import SimActuator
+
+    apply = SimActuator.apply
+    calls = {"n": 0}
+
+    def slow_apply(self, action, state, now):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] in (5, 9):
+            time.sleep(0.06)
+        return apply(self, action, state, now)
+
+    monkeypatch.setattr(SimActuator, "apply", slow_apply)
+    with caplog.at_level(logging.WARNING, logger="simdist.runtime.loop"):
+        result = run_deploy(
+            "go2_slope", "sim:sim", go2_model, ticks=20, realtime=True, planner_overrides=FAST_PLANNER
+        )
+    assert result.stats.slow_ticks >= 2 and result.stats.summary()["slow_ticks"] == result.stats.slow_ticks
+    slow = [r.getMessage() for r in caplog.records if "took" in r.getMessage()]
+    assert len(slow) == 1 and "actuate 6" in slow[0], slow

@@ -56,6 +56,7 @@ class LoopStats:
     stale: int = 0
     errors: int = 0
     swaps: int = 0
+    slow_ticks: int = 0  # real time: ticks whose own work took longer than a period (each logged with its phases)
     episodes: list[dict[str, Any]] = field(default_factory=list)  # robot-reported episode ends (metrics)
     plan_seconds: list[float] = field(default_factory=list)
     versions: list[str] = field(default_factory=list)  # the model version of every tick
@@ -71,6 +72,7 @@ class LoopStats:
             "stale": self.stale,
             "errors": self.errors,
             "swaps": self.swaps,
+            "slow_ticks": self.slow_ticks,
             "episodes": len(self.episodes),
             "plan_ms_p50": float(np.percentile(times, 50) * 1e3),
             "plan_ms_p99": float(np.percentile(times, 99) * 1e3),
@@ -210,6 +212,7 @@ class DeployLoop:
         self._thread: _PlanThread | None = None
         self._t0_ns = time.time_ns()
         self._t0 = 0.0
+        self._slow_logged_at = -float("inf")
 
     # -- clock ---------------------------------------------------------------------------------------------------
     def _now(self) -> float:
@@ -346,6 +349,7 @@ class DeployLoop:
         stamp = self._stamp_ns(k, now)
         deadline = now + self.deadline_fraction * self.period if deadline is None else deadline
         pending = False
+        marks = [time.perf_counter()]  # phase boundaries, to say where a tick longer than its period went
         missed = 0 if self._last_tick is None else k - self._last_tick - 1
         self._last_tick = k
         try:
@@ -358,6 +362,7 @@ class DeployLoop:
                 log.info("deploy: tick %d now plans with dynamics %s", k, self.store.label)
                 if self.bag is not None:
                     self.bag.set_model_version(self.store.label, stamp_ns=stamp)
+            marks.append(time.perf_counter())
             ended = self.robot.take_episode_end() if hasattr(self.robot, "take_episode_end") else None
             if ended is not None or (self.episode_steps and self._episode_ticks >= self.episode_steps):
                 self._end_episode(stamp, ended)
@@ -370,6 +375,7 @@ class DeployLoop:
             command = self.command()
             frame = self.camera.read(now) if self.camera is not None else None
             image = frame.image if frame is not None else None
+            marks.append(time.perf_counter())
             action: np.ndarray | None = None
             kind = "held"
             if obs.stale:
@@ -381,6 +387,7 @@ class DeployLoop:
                 except Exception:  # a failed plan: hold this tick, log it, and still record the tick
                     self.stats.errors += 1
                     log.exception("deploy: planning for tick %d failed; holding", k)
+            marks.append(time.perf_counter())
             if action is None:
                 action = self._hold_action()
                 self.actuator.hold()
@@ -389,6 +396,7 @@ class DeployLoop:
                 if result.held:
                     kind = "held"
                     action = self._hold_action()
+            marks.append(time.perf_counter())
             self.history.record(action)
             pending = False
             self._prev_action = action
@@ -411,11 +419,32 @@ class DeployLoop:
                 self.history.record(hold)
                 self._prev_action = hold
                 self._count("held")
+        marks.append(time.perf_counter())
+        if self.realtime and marks[-1] - marks[0] > self.period:
+            self._slow_tick(k, marks)
         self.stats.ticks += 1
         self._episode_ticks += 1
         self.stats.versions.append(self.store.label)
         if self.on_tick is not None:
             self.on_tick(k, self)
+
+    def _slow_tick(self, k: int, marks: list[float]) -> None:
+        """A tick longer than its period: say where the time went (phases in order, ms), at most once a second."""
+        self.stats.slow_ticks += 1
+        if marks[-1] - self._slow_logged_at < 1.0:
+            return
+        self._slow_logged_at = marks[-1]
+        names = ("swap", "read", "plan", "actuate", "log")
+        phases = ", ".join(
+            f"{name} {(b - a) * 1e3:.1f}" for name, a, b in zip(names, marks, marks[1:], strict=False)
+        )
+        log.warning(
+            "deploy: tick %d took %.1f ms (%s); %d slow ticks so far",
+            k,
+            (marks[-1] - marks[0]) * 1e3,
+            phases,
+            self.stats.slow_ticks,
+        )
 
     def _schedule_control_thread(self) -> None:
         """On the first tick from a thread (run()'s, or an outside timer's such as the ROS executor's)."""

@@ -4,6 +4,8 @@ to run a node (signals, bad parameters, logging, a shutdown that publishes the f
 from __future__ import annotations
 
 import logging
+import logging.handlers
+import queue
 import os
 import signal
 import sys
@@ -81,15 +83,31 @@ class RosLogHandler(logging.Handler):
             self.handleError(record)
 
 
-def _bridge_logging(node: Node) -> RosLogHandler:
-    handler = RosLogHandler(node)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    for name in ("simdist", "simdist_nodes", "simdist_finetune"):
-        logger = logging.getLogger(name)
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-        logger.propagate = False
-    return handler
+_BRIDGED = ("simdist", "simdist_nodes", "simdist_finetune")
+
+
+class _LogBridge:
+    """The core's loggers into the node's logger through a queue: a record costs the logging thread (the control
+    thread, say) a queue put; a listener thread makes the rclpy call, which inspects the caller's frame and
+    publishes on /rosout (milliseconds here, enough to make a 50 Hz tick that logs miss its period)."""
+
+    def __init__(self, node: Node) -> None:
+        ros = RosLogHandler(node)
+        ros.setFormatter(logging.Formatter("%(message)s"))
+        self.handler = logging.handlers.QueueHandler(queue.SimpleQueue())
+        self._listener = logging.handlers.QueueListener(self.handler.queue, ros)
+        self._listener.start()
+        for name in _BRIDGED:
+            logger = logging.getLogger(name)
+            logger.addHandler(self.handler)
+            logger.setLevel(logging.INFO)
+            logger.propagate = False
+
+    def close(self) -> None:
+        """Stop taking records, then hand every queued one to the node's logger."""
+        for name in _BRIDGED:
+            logging.getLogger(name).removeHandler(self.handler)
+        self._listener.stop()
 
 
 class PacedThread:
@@ -192,7 +210,7 @@ def run_node(
                 raise
             print(parameter_error(name, exc), file=sys.stderr)
             return 2
-        handler = _bridge_logging(node)
+        bridge = _LogBridge(node)
         executor: Executor = (
             SingleThreadedExecutor() if threads == 1 else MultiThreadedExecutor(num_threads=threads)
         )
@@ -217,8 +235,7 @@ def run_node(
             deadline.start()
             executor.shutdown(timeout_sec=2.0)
             spinner.join(timeout=3.0)
-            for logger_name in ("simdist", "simdist_nodes", "simdist_finetune"):
-                logging.getLogger(logger_name).removeHandler(handler)
+            bridge.close()
             if (
                 spinner.is_alive()
             ):  # destroying the node under a stuck executor can block; exit with it aborts
