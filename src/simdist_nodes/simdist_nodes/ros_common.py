@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 import logging.handlers
-import queue
 import os
+import queue
 import signal
 import sys
 import threading
