@@ -207,8 +207,8 @@ def test_settings_describe_themselves() -> None:
 def test_a_tick_longer_than_its_period_is_counted_and_said_with_its_phases(
     go2_model: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Real time, 20 ticks of 20 ms, two of them held up 60 ms in the actuator: both are counted as slow, and one
-    warning (at most one a second) names the phase the time went to."""
+    """Real time, 20 periods of 20 ms, two ticks held up 60 ms in the actuator: both are counted as slow, and each
+    (having missed a period) is said with the phase its time went to."""
     import logging
     import time
 
@@ -230,4 +230,5 @@ def test_a_tick_longer_than_its_period_is_counted_and_said_with_its_phases(
         )
     assert result.stats.slow_ticks >= 2 and result.stats.summary()["slow_ticks"] == result.stats.slow_ticks
     slow = [r.getMessage() for r in caplog.records if "took" in r.getMessage()]
-    assert len(slow) == 1 and "actuate 6" in slow[0], slow
+    long = [m for m in slow if "actuate 6" in m]
+    assert len(long) == 2, slow

@@ -431,9 +431,10 @@ class DeployLoop:
             self.on_tick(k, self)
 
     def _slow_tick(self, k: int, marks: list[float]) -> None:
-        """A tick longer than its period: say where the time went (phases in order, ms), at most once a second."""
+        """A tick longer than its period: say where the time went (phases in order, ms); once a second at most,
+        except a tick over two periods (it missed one), which is always said."""
         self.stats.slow_ticks += 1
-        if marks[-1] - self._slow_logged_at < 1.0:
+        if marks[-1] - marks[0] <= 2 * self.period and marks[-1] - self._slow_logged_at < 1.0:
             return
         self._slow_logged_at = marks[-1]
         names = ("swap", "read", "plan", "actuate", "log")
