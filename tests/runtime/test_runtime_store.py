@@ -238,3 +238,21 @@ def test_the_model_is_loaded_onto_the_stores_device(go2_model: Path, monkeypatch
     monkeypatch.setattr(store_module, "load_checkpoint", spy)
     store = ModelStore(go2_model, device="cpu")
     assert devices == [torch.device("cpu")] and store.device == torch.device("cpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run it where a GPU is present)")
+def test_on_cuda_a_good_version_is_staged_and_an_overflowing_one_refused_not_retried(go2_model: Path) -> None:
+    """The validation builds its inputs on the store's device: on CUDA a mask made on the CPU raised a
+    RuntimeError that check() did not catch, so a bad version was retried every poll instead of refused."""
+    store = ModelStore(go2_model, device="cuda")
+    assert {p.device.type for p in store.model.parameters()} == {"cuda"}
+    publish_dynamics(go2_model, _perturbed(go2_model))
+    assert store.check() == 1 and store.poll() == 1
+    assert {p.device.type for p in store.model.dynamics.parameters()} == {"cuda"}
+    overflowing = load_checkpoint(go2_model)
+    with torch.no_grad():
+        for p in overflowing.dynamics.parameters():
+            p.mul_(1e30)
+    publish_dynamics(go2_model, overflowing)
+    assert store.check() is None and 2 in store._refused
+    assert store.check() is None and store.label == "v0001"  # refused once, not loaded again
