@@ -55,6 +55,7 @@ def test_every_setting_meets_every_version_and_a_rerun_resumes(
         (["--versions", "0,x", "--setting", "cpu"], "--versions must be version numbers"),
         (["--versions", "0", "--setting", "wide:num_samplez=8"], "num_samplez"),
         (["--versions", "0", "--setting", ":iterations=2"], "give a name"),
+        (["--versions", "0", "--setting", "cpu", "--audit-every", "0"], "--audit-every must be >= 1, got 0"),
     ],
 )
 def test_bad_grid_input_is_one_line(
