@@ -240,7 +240,9 @@ def test_the_model_is_loaded_onto_the_stores_device(go2_model: Path, monkeypatch
     assert devices == [torch.device("cpu")] and store.device == torch.device("cpu")
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run it where a GPU is present)")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device (run it where a GPU is present)"
+)
 def test_on_cuda_a_good_version_is_staged_and_an_overflowing_one_refused_not_retried(go2_model: Path) -> None:
     """The validation builds its inputs on the store's device: on CUDA a mask made on the CPU raised a
     RuntimeError that check() did not catch, so a bad version was retried every poll instead of refused."""

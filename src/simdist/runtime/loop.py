@@ -56,9 +56,8 @@ class LoopStats:
     stale: int = 0
     errors: int = 0
     swaps: int = 0
-    slow_ticks: int = (
-        0  # real time: ticks whose own work took longer than a period (each logged with its phases)
-    )
+    # real time: ticks whose own work took longer than a period (logged with their phases, see _slow_tick)
+    slow_ticks: int = 0
     episodes: list[dict[str, Any]] = field(default_factory=list)  # robot-reported episode ends (metrics)
     plan_seconds: list[float] = field(default_factory=list)
     versions: list[str] = field(default_factory=list)  # the model version of every tick

@@ -172,11 +172,12 @@ class ModelStore:
         """Validate `version` (default: the newest one older than the current), then point `dynamics/current` at
         it and stage it; the planner uses it from the next tick boundary. Raises CheckpointError (and leaves
         `current` where it was) when there is nothing to roll to or the version fails validation."""
-        target = rollback_target(self.folder, version)
-        model = self._load(target)  # refuses before the pointer moves
-        rollback_current(self.folder, target)
-        with self._lock:
-            self._staged = (target, model)
+        with self._checking:  # not beside a check, which could stage the version rolled away from after this
+            target = rollback_target(self.folder, version)
+            model = self._load(target)  # refuses before the pointer moves
+            rollback_current(self.folder, target)
+            with self._lock:
+                self._staged = (target, model)
         return target
 
     def reload_now(self) -> int | None:
