@@ -230,7 +230,10 @@ def test_a_tick_longer_than_its_period_is_counted_and_said_with_its_phases(
         )
     assert result.stats.slow_ticks >= 2 and result.stats.summary()["slow_ticks"] == result.stats.slow_ticks
     slow = [r.getMessage() for r in caplog.records if "took" in r.getMessage()]
-    def largest_phase(message: str) -> str:  # "(swap 0.0, read 0.4, plan 3.1, actuate 61.2, log 0.3)" -> actuate
+
+    def largest_phase(
+        message: str,
+    ) -> str:  # "(swap 0.0, read 0.4, plan 3.1, actuate 61.2, log 0.3)" -> actuate
         phases = message.split("(")[1].split(")")[0].split(", ")
         return max(phases, key=lambda p: float(p.split()[1])).split()[0]
 
