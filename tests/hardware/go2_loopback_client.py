@@ -9,8 +9,8 @@ import time
 import numpy as np
 
 from simdist.errors import RobotConnectionError
-from simdist.hardware.go2 import Go2Robot
 from simdist.hardware.state import JointCommand
+from simdist.robots.go2.hardware import Go2Robot
 
 
 def main() -> None:

@@ -12,16 +12,16 @@ import numpy as np
 import pytest
 
 from simdist.errors import RobotConnectionError
-from simdist.hardware import go2
 from simdist.hardware.state import JointCommand
+from simdist.robots.go2 import hardware as go2
 
 HERE = Path(__file__).resolve().parent
 
 
 def test_joint_names_are_unitree_motor_order() -> None:
-    assert go2.GO2_JOINT_NAMES[:3] == ("FR_hip_joint", "FR_thigh_joint", "FR_calf_joint")
-    assert go2.GO2_JOINT_NAMES[9:] == ("RL_hip_joint", "RL_thigh_joint", "RL_calf_joint")
-    assert [n.split("_")[0] for n in go2.GO2_JOINT_NAMES[::3]] == ["FR", "FL", "RR", "RL"]
+    assert go2.JOINT_NAMES[:3] == ("FR_hip_joint", "FR_thigh_joint", "FR_calf_joint")
+    assert go2.JOINT_NAMES[9:] == ("RL_hip_joint", "RL_thigh_joint", "RL_calf_joint")
+    assert [n.split("_")[0] for n in go2.JOINT_NAMES[::3]] == ["FR", "FL", "RR", "RL"]
 
 
 def test_missing_sdk_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -100,7 +100,7 @@ def test_loopback_against_emulator_over_cyclonedds() -> None:
         pytest.skip(f"DDS discovery between two processes on lo failed here: {result['skip']}")
     summary = json.loads(summary_text.strip().splitlines()[-1])
 
-    assert result["names"] == list(go2.GO2_JOINT_NAMES)
+    assert result["names"] == list(go2.JOINT_NAMES)
     assert result["first_q"] == pytest.approx([0.0, 0.9, -1.8] * 4, abs=1e-6)
     assert result["last_q"] == pytest.approx(result["target"], abs=1e-3), "the emulator followed our targets"
     assert result["quaternion"] == [1.0, 0.0, 0.0, 0.0] and result["accel"][2] == pytest.approx(
@@ -119,7 +119,7 @@ def test_no_lowstate_is_a_clear_connection_error() -> None:
     pytest.importorskip("unitree_sdk2py", reason="unitree-sdk2py-dimos not installed")
     domain = 200 + os.getpid() % 30  # a domain nobody publishes on
     code = (
-        "from simdist.hardware.go2 import Go2Robot\n"
+        "from simdist.robots.go2.hardware import Go2Robot\n"
         "from simdist.errors import RobotConnectionError\n"
         "try:\n"
         f"    Go2Robot.connect('lo', {domain}, timeout_s=0.3)\n"

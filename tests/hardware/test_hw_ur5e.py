@@ -11,7 +11,7 @@ import pytest
 from simdist.errors import RobotConnectionError
 from simdist.hardware import Robot
 from simdist.hardware.state import JointCommand
-from simdist.hardware.ur5e import UR5eRobot, rotvec_to_quaternion
+from simdist.robots.ur5e.hardware import UR5eRobot, rotvec_to_quaternion
 
 
 class FakeReceive:

@@ -18,6 +18,7 @@ from simdist_nodes.bag_logger import TickLogger
 from simdist_nodes.planner_io import RemoteActuator, TickPublisher, TopicRobot, joint_names_for
 from simdist_nodes.robot_bridge import RobotBridge
 
+from simdist import robots
 from simdist.bags import read_episodes, read_topics, schema
 from simdist.errors import BagError
 from simdist.hardware.sim_robot import SimRobot
@@ -25,7 +26,6 @@ from simdist.model.checkpoint import load_checkpoint, publish_dynamics
 from simdist.plan.config import load_planner_config, task_action_limits
 from simdist.runtime.actuation import SimActuator
 from simdist.runtime.loop import DeployLoop
-from simdist.runtime.proprio import proprio_from_state
 from simdist.runtime.store import ModelStore
 from simdist.sim.config import load_task
 from simdist_nodes import conversions
@@ -70,7 +70,7 @@ def test_sim_robot_planner_and_logger_over_topics(task: str, model_for, tmp_path
 
     def recording_read() -> Any:
         state = read()
-        measured.append(proprio_from_state(cfg.robot, state))
+        measured.append(robots.get(cfg.robot).proprio(state))
         return state
 
     robot.read = recording_read  # type: ignore[method-assign]
@@ -85,7 +85,7 @@ def test_sim_robot_planner_and_logger_over_topics(task: str, model_for, tmp_path
     bus.subscribe(conversions.ROBOT_COMMAND, bridge.on_command)
 
     remote = TopicRobot(cfg.robot, joint_names_for(cfg.robot), cfg.control_hz)
-    for topic in conversions.STATE_TOPICS[cfg.robot]:
+    for topic in conversions.state_topics(cfg.robot):
         bus.subscribe(topic, lambda msg, topic=topic: remote.on_state(topic, msg))
     bus.subscribe(conversions.TASK_COMMAND, remote.on_task_command)
     bus.subscribe(conversions.ROBOT_EVENTS, remote.on_robot_event)
@@ -93,7 +93,7 @@ def test_sim_robot_planner_and_logger_over_topics(task: str, model_for, tmp_path
     logger = TickLogger(
         tmp_path / "bags", robot=cfg.robot, joint_names=robot.joint_names, info={"model": str(folder)}
     )
-    for topic in conversions.STATE_TOPICS[cfg.robot]:
+    for topic in conversions.state_topics(cfg.robot):
         bus.subscribe(topic, lambda msg, topic=topic: logger.on_state(topic, msg))
     for topic in (schema.OBSERVATION, schema.ACTION, schema.COMMAND):
         bus.subscribe(topic, lambda msg, topic=topic: logger.on_vector(topic, msg))

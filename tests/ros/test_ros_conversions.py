@@ -50,7 +50,7 @@ def test_state_messages_round_trip_through_cdr(robot: str, make, messages: Stric
     state = make()
     stamp_ns = 1_700_000_000_123_456_789
     out = conversions.state_messages(messages, robot, state, stamp_ns)
-    assert [t for t, _ in out] == list(conversions.STATE_TOPICS[robot])
+    assert [t for t, _ in out] == list(conversions.state_topics(robot))
     decoded = {}
     for topic, msg in out:
         assert msg.msgtype == conversions.topic_type(topic)  # the type each topic is declared with

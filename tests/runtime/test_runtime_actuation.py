@@ -10,11 +10,14 @@ import numpy as np
 import pytest
 from fast_planner import FAST_PLANNER
 
+from simdist import robots
 from simdist.hardware.sim_robot import SimRobot
-from simdist.hardware.ur5e import UR5eRobot, quaternion_to_rotvec, rotvec_to_quaternion
-from simdist.runtime.actuation import CartesianActuator, JointActuator, ToolTarget
+from simdist.robots import go2
+from simdist.robots.ur5e.actuation import CartesianActuator, ToolTarget
+from simdist.robots.ur5e.hardware import UR5eRobot, quaternion_to_rotvec, rotvec_to_quaternion
 from simdist.runtime.deploy import run_deploy
 from simdist.runtime.ingest import CameraIngest
+from simdist.sim.config import load_task
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hardware"))
 from test_hw_ur5e import FakeControl, FakeReceive  # noqa: E402
@@ -84,8 +87,10 @@ def test_go2_hardware_path_runs_through_the_safety_filter(go2_model: Path) -> No
     assert result.stats.ticks == 15 and result.stats.errors == 0 and len(sent) >= 15
     steps = np.abs(np.diff(np.stack(sent), axis=0)).max()
     assert steps <= 0.3 + 1e-9  # the filter's per-tick limit
-    actuator = JointActuator(robot, action_scale=0.25, safety=None)
-    np.testing.assert_allclose(actuator.targets(np.zeros(12)), [0.0, 0.9, -1.8] * 4)
+    actuator = robots.get("go2").actuator(robot, load_task("go2_slope"), lambda: np.zeros(3))
+    np.testing.assert_allclose(actuator.targets(np.zeros(12)), [0.0, 0.9, -1.8] * 4)  # the stand pose
+    lower, _, _ = go2.joint_limits()
+    assert np.all(actuator.targets(np.full(12, -100.0)) == lower)  # clipped to the joint range
 
 
 def test_camera_from_a_video_file_and_from_the_simulator(tmp_path: Path) -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from simdist import robots
 from simdist.data.dataset import InMemoryEpisodes
 from simdist.data.windows import WindowSampler
 from simdist.hardware.sim_robot import SimRobot
 from simdist.runtime.history import ObservationHistory
-from simdist.runtime.proprio import GO2_STAND_POSE, PROPRIO_DIMS, proprio_from_state
 
 
 @pytest.mark.parametrize("task", ["go2_slope", "ur5e_peg"])
@@ -18,21 +18,18 @@ def test_state_to_proprio_equals_the_env_clean_proprio(task: str) -> None:
     rng = np.random.default_rng(0)
     try:
         for _ in range(12):  # includes contact-rich steps and, for the Go2, usually a fall and reset
-            vector = proprio_from_state(robot.robot, robot.read())
+            vector = robots.get(robot.robot).proprio(robot.read())
             expected = robot._obs["proprio"][0]
-            assert vector.dtype == np.float32 and vector.shape == (PROPRIO_DIMS[robot.robot],)
+            assert vector.dtype == np.float32 and vector.shape == (robots.get(robot.robot).proprio_dim,)
             np.testing.assert_array_equal(vector, expected)
             robot.send_action(rng.normal(0.0, 0.7, robot.action_dim))
     finally:
         robot.stop()
 
 
-def test_sensor_noise_reaches_the_state_and_the_stand_pose_is_the_sims() -> None:
-    from simdist.sim.go2 import STAND_POSE
-
-    np.testing.assert_array_equal(GO2_STAND_POSE, STAND_POSE)
+def test_sensor_noise_reaches_the_state() -> None:
     robot = SimRobot("go2_slope", "sim", seed=1)
-    vector = proprio_from_state("go2", robot.read())
+    vector = robots.get("go2").proprio(robot.read())
     clean = robot._obs["proprio"][0]
     assert not np.array_equal(vector, clean)  # the robot's own noise, drawn like the env's
     assert np.abs(vector - clean)[:3].max() < 0.5  # gyro noise std 0.05
@@ -44,7 +41,7 @@ def test_missing_fields_are_named() -> None:
 
     state = RobotState(timestamp=0.0, joint_positions=np.zeros(12), joint_velocities=np.zeros(12))
     with pytest.raises(ValueError, match="imu_quaternion"):
-        proprio_from_state("go2", state)
+        robots.get("go2").proprio(state)
 
 
 def test_history_inputs_equal_window_history_with_start_padding() -> None:

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
+from simdist.robots.ur5e.search import SearchGains, search_action
 from simdist.sim import make_env
-from simdist.sim.peg_search import SearchGains, search_action
 
 
 def _insert(offset_m: tuple[float, float], gains: SearchGains | None = None) -> tuple[bool, int]:

@@ -45,11 +45,10 @@ TOPIC_TYPES: dict[str, str] = {
 # Every run carries these; `read_episodes` needs all four.
 COMMON_TOPICS: tuple[str, ...] = (OBSERVATION, ACTION, COMMAND, EVENTS)
 
-# What each robot measures, beyond the common topics. The camera is added when a run records images.
-ROBOT_TOPICS: dict[str, tuple[str, ...]] = {
-    "go2": (JOINT_STATES, IMU),
-    "ur5e": (JOINT_STATES, WRENCH, EE_POSE),
-}
+# The bag topic of each RobotState part a robot may measure (`simdist.robots.STATE_PARTS`) that bags record; the
+# other parts (foot forces, the tool twist) are live only: the bag's observation vector already holds them. A run
+# writes the joints and its robot's recorded parts (`robot_topics`); the camera when it records images.
+PART_TOPICS: dict[str, str] = {"imu": IMU, "tool_wrench": WRENCH, "tool_pose": EE_POSE}
 
 # Event kinds carried as JSON in std_msgs/String on EVENTS; every event has "event" and "time_ns".
 RUN_START = "run_start"
@@ -65,13 +64,27 @@ TICKS_GAP = "ticks_gap"
 WATCHDOG = "watchdog"
 
 
+def robot_topics(robot: str) -> tuple[str, ...]:
+    """What `robot` measures that its bags record: the joints, then its parts in the robot's order.
+
+    Raises:
+        ValueError: unknown robot (the message names the valid ones).
+    """
+    from simdist import robots
+    from simdist.errors import ConfigError
+
+    try:
+        parts = robots.get(robot).state_parts
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+    return (JOINT_STATES, *(PART_TOPICS[p] for p in parts if p in PART_TOPICS))
+
+
 def topics_for(robot: str, *, camera: bool = False) -> tuple[str, ...]:
     """All topics a run of `robot` writes, robot-specific ones first.
 
     Raises:
         ValueError: unknown robot (the message names the valid ones).
     """
-    if robot not in ROBOT_TOPICS:
-        raise ValueError(f"unknown robot '{robot}' (valid: {', '.join(sorted(ROBOT_TOPICS))})")
     extra = (CAMERA,) if camera else ()
-    return ROBOT_TOPICS[robot] + extra + COMMON_TOPICS
+    return robot_topics(robot) + extra + COMMON_TOPICS

@@ -83,7 +83,7 @@ class BagWriter:
 
     Args:
         path: the bag folder to create (must not exist); see `next_run_dir`.
-        robot: "go2" or "ur5e"; selects the robot-state topics (`schema.ROBOT_TOPICS`).
+        robot: the task's robot (`simdist.robots` name); selects the robot-state topics (`schema.robot_topics`).
         storage: "mcap" (default) or "sqlite3".
         distro: "jazzy" (default, metadata version 9) or "humble" (metadata version 5).
         joint_names: names written in JointState when a `RobotState` carries none.

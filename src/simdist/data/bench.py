@@ -26,7 +26,6 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     dcfg = load_data_config("default")
     if args.num_envs:
         dcfg = dataclasses.replace(dcfg, num_envs=args.num_envs)
-    steps = int((args.seconds or 3.0) * (4000 if cfg.robot == "go2" else 800))
     expert_dir = Path(f"runs/experts/{cfg.task}")
     trained = (expert_dir / "manifest.json").is_file()
     with tempfile.TemporaryDirectory() as tmp:
@@ -36,10 +35,12 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         env = make_env(cfg, "sim", num_envs=dcfg.num_envs, seed=0, randomize=True)
         env.reset(seed=0)
         rng = np.random.default_rng(0)
-        start = time.perf_counter()
-        for _ in range(steps // dcfg.num_envs):
+        start, batches, budget = time.perf_counter(), 0, args.seconds or 3.0
+        while batches == 0 or time.perf_counter() - start < budget:  # the raw env for `seconds` of wall time
             env.step(rng.uniform(-1, 1, (dcfg.num_envs, env.action_dim)))
-        raw = (steps // dcfg.num_envs) * dcfg.num_envs / (time.perf_counter() - start)
+            batches += 1
+        steps = batches * dcfg.num_envs  # generation records as many transitions as the raw env stepped
+        raw = steps / (time.perf_counter() - start)
         env.close()
         start = time.perf_counter()
         episodes = generate_shard(cfg, dcfg, expert, shard=0, target_steps=steps)

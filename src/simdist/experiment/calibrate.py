@@ -14,8 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from simdist import robots
 from simdist.cli import add_overrides_argument
 from simdist.errors import ConfigError
 from simdist.sim.config import TaskConfig, load_task
@@ -37,16 +36,7 @@ def _expert_policy(cfg: TaskConfig, expert: Path | None) -> Any:
         from simdist.experts.policy import Expert
 
         return Expert(expert).final.act
-    if cfg.robot == "ur5e":
-        from simdist.sim.peg_search import search_action
-
-        def act(obs: dict[str, np.ndarray]) -> np.ndarray:
-            return search_action(
-                obs["proprio"], obs["command"], 1.0, cfg.peg.action_scale_m, cfg.peg.action_scale_rad
-            )
-
-        return act
-    return None
+    return robots.get(cfg.robot).scripted_expert(cfg)
 
 
 def measure(
@@ -93,7 +83,7 @@ def measure(
         if policy is None:
             return None
         result = evaluate(policy, load_task(task, {**base, **extra}), name, expert_episodes, seed=seed)
-        value = result["progress_m"] if cfg.robot == "go2" else result["success_rate"]
+        value = result[robots.get(cfg.robot).summary_key]
         return {"value": float(value), "falls": result.get("fall_rate"), "episodes": expert_episodes}
 
     rows: list[dict[str, Any]] = []

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from simdist import robots
 from simdist.data.dataset import InMemoryEpisodes
 from simdist.data.windows import WindowSampler
 from simdist.experiment.report import save_png
@@ -25,10 +26,6 @@ from simdist.model.world_model import WorldModel
 from simdist.runtime.finetune import heldout_latent_error, latent_predictions
 from simdist.sim import make_env
 from simdist.sim.config import TaskConfig
-
-# Body-frame base velocity in the Go2's privileged observation (simdist.sim.go2.Go2Env.observe: 35 clean
-# proprio values, then vel_body).
-GO2_VELOCITY = slice(35, 38)
 
 
 @dataclass
@@ -62,7 +59,10 @@ def expert_rollouts(
     expert.reseed(seed)
     env = make_env(cfg, profile, num_envs=num_envs, seed=seed, randomize=randomize)
     obs, _ = env.reset(seed=seed)
-    go2 = cfg.robot == "go2"
+    velocity_at = robots.get(
+        cfg.robot
+    ).velocity_index  # the base velocity in the privileged observation, if any
+    has_velocity = velocity_at is not None
     keys = ("proprio", "command", "action", "velocity")
     buffers: list[dict[str, list[np.ndarray]]] = [{k: [] for k in keys} for _ in range(num_envs)]
     done_eps: list[dict[str, list[np.ndarray]]] = []
@@ -74,8 +74,8 @@ def expert_rollouts(
             b["proprio"].append(step_obs["proprio"][i])
             b["command"].append(step_obs["command"][i])
             b["action"].append(info["action"][i].copy())
-            if go2:
-                b["velocity"].append(step_obs["privileged"][i, GO2_VELOCITY])
+            if has_velocity:
+                b["velocity"].append(step_obs["privileged"][i, velocity_at])
         for i in np.flatnonzero(terminated | truncated):
             done_eps.append(buffers[i])
             buffers[i] = {k: [] for k in keys}
@@ -95,9 +95,9 @@ def expert_rollouts(
                 "step": np.arange(length, dtype=np.int32),
             }
         )
-        if go2:
+        if has_velocity:
             velocity.append(np.asarray(b["velocity"], np.float32))
-    return Rollouts(episodes, velocity if go2 else None)
+    return Rollouts(episodes, velocity if has_velocity else None)
 
 
 def latent_error_by_horizon(model: WorldModel, rollouts: Rollouts, *, windows: int) -> list[float]:

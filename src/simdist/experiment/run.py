@@ -323,7 +323,7 @@ def _prediction_view(run: _Run, base: Path) -> None:
         ),
         "latent_by_horizon": curves,
     }
-    if run.cfg.robot == "go2" and run.heldout.velocity is not None:
+    if run.heldout.velocity is not None:  # robots whose env exposes the base velocity (the Go2)
         with run.timed("prediction view", "velocity probe"):
             sim = pv.expert_rollouts(
                 run.cfg,

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from simdist import robots
 from simdist.sim import make_env
 from simdist.sim.config import TaskConfig
 
@@ -22,9 +23,10 @@ def evaluate(
     num_envs: int | None = None,
 ) -> dict[str, Any]:
     """Roll out `policy` until `episodes` episodes have finished; evaluation commands, no randomisation."""
+    robot = robots.get(cfg.robot)
     n = min(episodes, num_envs or 30)
-    if cfg.robot == "go2":
-        n = max(3, n - n % 3)  # whole sets of the three evaluation speeds
+    sets = len(robot.evaluation(cfg, 1).commands or [None])  # the evaluation's commands (the Go2's speeds)
+    n = max(sets, n - n % sets)  # whole sets of them
     env = make_env(cfg, profile, num_envs=n, seed=seed, eval_commands=True)
     obs, _ = env.reset(seed=seed)
     returns = np.zeros(n)
@@ -45,17 +47,5 @@ def evaluate(
         "episodes": episodes,
         "mean_return": float(np.mean(done_returns)),
     }
-    keys = done_metrics[0].keys()
-    means = {k: float(np.mean([m[k] for m in done_metrics])) for k in keys}
-    if cfg.robot == "go2":
-        progress = np.array([m["progress_m"] for m in done_metrics])
-        commanded = np.array([m["commanded_m"] for m in done_metrics])
-        result.update(
-            progress_m=float(progress.mean()),
-            commanded_m=float(commanded.mean()),
-            progress_fraction=float(progress.sum() / max(commanded.sum(), 1e-9)),
-            fall_rate=means["fell"],
-        )
-    else:
-        result.update(success_rate=means["success"])
+    result.update(robot.summarize(done_metrics))
     return result

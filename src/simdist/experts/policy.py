@@ -1,7 +1,7 @@
 """Expert checkpoints on disk and their inference: `manifest.json` plus safetensors files, no pickle.
 
 An expert folder holds the policy at several training iterations (near-random to final), the final critic, and a
-manifest naming them. PPO experts are rsl-rl MLP models; the scripted peg expert (simdist.sim.peg_search, on
+manifest naming them. PPO experts are rsl-rl MLP models; the scripted peg expert (simdist.robots.ur5e.search, on
 the robot's own measurements) stores its degradation levels.
 """
 
@@ -20,7 +20,7 @@ from tensordict import TensorDict
 
 from simdist import atomic
 from simdist.errors import CheckpointError
-from simdist.sim.peg_search import search_action
+from simdist.robots.ur5e.search import search_action
 
 SCHEMA_VERSION = 1
 Obs = dict[str, np.ndarray]

@@ -17,6 +17,7 @@ import torch
 from rich.console import Console
 from rsl_rl.runners import OnPolicyRunner
 
+from simdist import robots
 from simdist.config import config_hash
 from simdist.experts.config import ExpertConfig
 from simdist.experts.evaluate import evaluate
@@ -237,12 +238,17 @@ def distil_scripted_actor(
     return {"file": "actor_distilled.safetensors", "eval_return": _quick_return(network, cfg, quick), **stats}
 
 
+def _scripted(cfg: TaskConfig, ecfg: ExpertConfig) -> bool:
+    """The expert is the robot's scripted controller (the peg's search), not PPO."""
+    return ecfg.peg_expert == "scripted" and robots.get(cfg.robot).scripted_expert(cfg) is not None
+
+
 def train_expert(
     cfg: TaskConfig, ecfg: ExpertConfig, preset: str, out: Path, log_dir: Path | None = None
 ) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)  # small networks beside the simulator: a second thread costs more than it gives
-    if cfg.robot == "ur5e" and ecfg.peg_expert == "scripted":
+    if _scripted(cfg, ecfg):
         manifest = train_scripted_peg(cfg, ecfg, preset, out)
     else:
         manifest = train_ppo(cfg, ecfg, preset, out, log_dir)
@@ -263,7 +269,7 @@ def untrained_expert(cfg: TaskConfig, ecfg: ExpertConfig, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(ecfg.seed)
     env = make_env(cfg, "sim", num_envs=1, seed=ecfg.seed)
-    kind = "scripted" if cfg.robot == "ur5e" and ecfg.peg_expert == "scripted" else "ppo"
+    kind = "scripted" if _scripted(cfg, ecfg) else "ppo"
     manifest = _manifest_base(cfg, ecfg, "untrained", env, kind)
     env.close()
     atomic_safetensors(out / "critic.safetensors", build_mlp(manifest, "critic").state_dict())

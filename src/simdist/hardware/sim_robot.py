@@ -1,9 +1,10 @@
 """`SimRobot`: one member of a MuJoCo task env behind the `Robot` protocol, the embedded default robot `sim:<profile>`.
 
-It measures what the real robot measures (a `RobotState`, with the task's sensor noise added to the raw fields)
-and takes the task action in task units (`send_action`): Go2 joint offsets, UR5e Cartesian tool deltas that the
-simulator turns into joint targets by IK at the physics rate. `send(JointCommand)` also works, so the hardware
-path (safety filter, joint targets) can run against it.
+It measures what the real robot measures (a `RobotState` from the env's `measure`, with the task's sensor noise
+added to the raw fields) and takes the task action in task units (`send_action`): Go2 joint offsets, UR5e
+Cartesian tool deltas that the simulator turns into joint targets by IK at the physics rate. `send(JointCommand)`
+also works (the env's `joint_targets_action`), so the hardware path (safety filter, joint targets) can run
+against it.
 
 Lockstep (default): every `send_action` advances the physics by one control period and `timestamp` is the
 simulated clock. Real time (`start()`): a physics thread steps at the control rate with the latest action held,
@@ -17,16 +18,14 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import mujoco
 import numpy as np
 
+from simdist import robots
 from simdist.hardware.state import JointCommand, RobotState
-
-GO2_LEGS = ("FR", "FL", "RR", "RL")
 
 
 class SimRobot:
-    """A simulated Go2 or UR5e for a task and dynamics profile.
+    """A simulated robot (the task's) for a task and dynamics profile.
 
     Args:
         task, profile, seed, overrides: as for `simdist.sim.make_env` (one env member).
@@ -50,22 +49,12 @@ class SimRobot:
         self.env = make_env(task, profile, num_envs=1, seed=seed, overrides=overrides)
         self.cfg = self.env.cfg
         self.robot = self.cfg.robot
+        self.description = robots.get(self.robot)
+        self.joint_names: tuple[str, ...] = self.description.joint_names
         self.task = self.cfg.task
         self.profile = profile
         self.control_hz = float(self.cfg.control_hz)
         self.realtime = realtime
-        model = self.env.base_model
-        if self.robot == "go2":
-            from simdist.hardware.go2 import GO2_JOINT_NAMES
-
-            self.joint_names: tuple[str, ...] = GO2_JOINT_NAMES
-        else:
-            from simdist.hardware.ur5e import UR5E_JOINT_NAMES
-
-            self.joint_names = UR5E_JOINT_NAMES
-            self._tip = model.site("peg_tip").id
-            self._flange = model.site("flange").id
-            self._fk = mujoco.MjData(model)
         self._commands = [np.asarray(c, dtype=np.float64) for c in commands] if commands else None
         self._noise_rng = np.random.default_rng([seed, 1])
         self._lock = threading.RLock()
@@ -140,9 +129,7 @@ class SimRobot:
 
     def hold_action(self) -> np.ndarray:
         """The task action that keeps the robot where it is: the Go2's last joint targets, the UR5e's zero delta."""
-        if self.robot == "go2":
-            return self._action.copy()
-        return np.zeros(self.env.action_dim, dtype=np.float32)
+        return self.description.hold_action(self._action, self.env.action_dim)
 
     def start(self) -> None:
         """Real time only: start the physics thread (idempotent)."""
@@ -174,28 +161,18 @@ class SimRobot:
         targets = np.asarray(command.joint_targets, dtype=np.float64)
         if targets.shape != (len(self.joint_names),):
             raise ValueError(f"{self.robot} takes {len(self.joint_names)} joint targets, got {targets.shape}")
-        if self.robot == "go2":
-            from simdist.runtime.proprio import GO2_STAND_POSE
-
-            self.send_action((targets - GO2_STAND_POSE) / self.cfg.action_scale)
-            return
         with self._lock:
-            fk, model = self._fk, self.env.base_model
-            fk.qpos[:6] = targets
-            mujoco.mj_kinematics(model, fk)
-            rot = fk.site_xmat[self._flange].reshape(3, 3)
-            self.env.target_pos[0] = fk.site_xpos[self._tip]
-            self.env.target_yaw[0] = np.arctan2(rot[1, 0], rot[0, 0])
-        self.send_action(np.zeros(self.env.action_dim))
+            action = self.env.joint_targets_action(0, targets)
+        self.send_action(action)
 
     def hold(self) -> None:
         self.send_action(self.hold_action())
 
     def damp(self, kd: float = 3.0) -> None:
-        """Go2 only: the motors' damping mode (kp 0, kd per joint, like the real robot's), until the robot is
-        stopped. The UR5e has none: its safe stop is `hold` (servoStop on the arm)."""
-        if self.robot != "go2":
-            raise NotImplementedError("only the Go2 has a damping mode; a UR5e stops with hold()")
+        """The motors' damping mode (kp 0, kd per joint, like the real Go2's), until the robot is stopped; only for a
+        robot that has one (`can_damp`). The UR5e has none: its safe stop is `hold` (servoStop on the arm)."""
+        if not self.description.can_damp:
+            raise NotImplementedError(f"a {self.robot} has no damping mode; it stops with hold()")
         with self._lock:
             self._damped, self._damping_kd = True, float(kd)
             self._set_damping()
@@ -228,43 +205,4 @@ class SimRobot:
         return self._noise_rng.normal(0.0, std, shape)
 
     def _measure(self) -> RobotState:
-        data = self.env.datas[0]
-        if self.robot == "go2":
-            quat = data.sensor("imu_quat").data.copy()
-            tilt = self._noise("gravity", (3,))
-            if tilt.any():  # a small random rotation: the projected gravity moves by about the noise std
-                delta = np.zeros(4)
-                mujoco.mju_axisAngle2Quat(delta, tilt / np.linalg.norm(tilt), float(np.linalg.norm(tilt)))
-                mujoco.mju_mulQuat(quat, quat.copy(), delta)
-            accel = data.sensor("imu_acc").data.copy()
-            accel[2] += self._noise("accel_z", (1,))[0]
-            feet = np.array([data.sensor(f"{leg}_foot_force").data[0] for leg in GO2_LEGS])
-            return RobotState(
-                timestamp=self._stamp,
-                joint_positions=data.qpos[7:] + self._noise("joint_pos", (12,)),
-                joint_velocities=data.qvel[6:] + self._noise("joint_vel", (12,)),
-                joint_torques=data.actuator_force.copy(),
-                imu_quaternion=quat,
-                imu_gyro=data.sensor("imu_gyro").data + self._noise("gyro", (3,)),
-                imu_accel=accel,
-                foot_forces=feet + self._noise("foot_force", (4,)),
-                joint_names=self.joint_names,
-                robot_time=self.sim_time,
-            )
-        quat = np.zeros(4)
-        mujoco.mju_mat2Quat(quat, data.site_xmat[self._flange])
-        quat = quat + self._noise("tool_quat", (4,))
-        twist = np.concatenate([data.sensor("tool_linvel").data, data.sensor("tool_angvel").data])
-        wrench = np.concatenate([data.sensor("ft_force").data, data.sensor("ft_torque").data])
-        tip = data.site_xpos[self._tip] + self._noise("tool_pos", (3,))
-        return RobotState(
-            timestamp=self._stamp,
-            joint_positions=data.qpos[:6] + self._noise("joint_pos", (6,)),
-            joint_velocities=data.qvel[:6] + self._noise("joint_vel", (6,)),
-            joint_torques=data.actuator_force.copy(),
-            tool_pose=np.concatenate([tip, quat]),
-            tool_twist=twist + self._noise("tool_vel", (6,)),
-            tool_wrench=wrench + self._noise("wrench", (6,)),
-            joint_names=self.joint_names,
-            robot_time=self.sim_time,
-        )
+        return self.env.measure(0, self._noise, timestamp=self._stamp, robot_time=self.sim_time)

@@ -18,18 +18,14 @@ from typing import Any
 
 import torch
 
+from simdist import robots
 from simdist.config import parse_overrides, read_yaml
 from simdist.errors import ConfigError
-from simdist.paths import config_dir
 from simdist.plan.config import PlannerConfig, load_planner_config, task_action_limits
 from simdist.plan.mppi import Planner
 from simdist.runtime.realtime import Scheduling, parse_cpus, scheduled
+from simdist.sim.config import load_task, task_files
 
-# (observation, action, command) sizes and control rates, for tasks without a YAML
-ROBOTS: dict[str, dict[str, Any]] = {
-    "go2": {"dims": {"obs_dim": 35, "act_dim": 12, "cmd_dim": 3}, "control_hz": 50, "action_clip": 4.0},
-    "ur5e": {"dims": {"obs_dim": 31, "act_dim": 4, "cmd_dim": 4}, "control_hz": 10, "action_clip": 1.0},
-}
 BASELINE = "gpu"
 BASELINE_TICKS = 10
 MODEL_PRESET = "default"
@@ -38,14 +34,21 @@ PROFILED_PARTS = ("encoder", "history_tokens", "dynamics", "reward", "value", "p
 
 
 def task_settings(task: str) -> dict[str, Any]:
-    """The task YAML (robot, control_hz, action_clip, ...), or the robot's table entry for a bare robot name."""
-    path = config_dir() / "tasks" / f"{task}.yaml"
-    data = read_yaml(path) if path.is_file() else {}
-    robot = data.get("robot", task.split("_")[0])
-    if robot not in ROBOTS:
-        tasks = sorted(p.stem for p in (config_dir() / "tasks").glob("*.yaml"))
-        raise ConfigError(f"unknown task '{task}' (valid: {', '.join(tasks + sorted(ROBOTS))})")
-    settings = {"task": task, "robot": robot, **ROBOTS[robot]}
+    """The task YAML (robot, control_hz, action_clip, ...), or the robot's nominal figures for a bare robot name."""
+    files = task_files()
+    data = read_yaml(files[task]) if task in files else {}
+    name = data.get("robot", task.split("_")[0])
+    if name not in robots.names():
+        raise ConfigError(f"unknown task '{task}' (valid: {', '.join([*files, *robots.names()])})")
+    robot = robots.get(name)
+    dims = {"obs_dim": robot.proprio_dim, "act_dim": robot.action_dim, "cmd_dim": robot.command_dim}
+    settings = {
+        "task": task,
+        "robot": name,
+        "dims": dims,
+        "control_hz": robot.control_hz,
+        "action_clip": robot.action_clip,
+    }
     settings.update({k: v for k, v in data.items() if k in ("control_hz", "action_clip", "action_max_delta")})
     return settings
 
@@ -378,10 +381,10 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         per_config = {n: (overrides if n == name else {}) for n in asked}
         result["quality"] = quality(args.task, args.model, per_config, episodes=episodes)
         if BASELINE not in asked:
-            task_yaml = read_yaml(config_dir() / "tasks" / f"{args.task}.yaml")
-            ticks_per_episode = settings["control_hz"] * float(task_yaml.get("episode_seconds", 10))
+            cfg = load_task(args.task)
+            ticks_per_episode = cfg.episode_steps
             per_tick = result["configs"][BASELINE]["p50_ms"] / 1e3
-            runs = episodes * (3 if settings["robot"] == "go2" else 1)
+            runs = robots.get(cfg.robot).evaluation(cfg, episodes).episodes
             result["quality"][BASELINE] = {
                 "value": None,
                 "note": f"not measured (about {runs * ticks_per_episode * per_tick / 60:.0f} min here: "

@@ -1,7 +1,8 @@
 """`simdist deploy`: run the planner on a robot (default: the embedded `sim:<profile>`) and log the run as a bag.
 
-Robots: `sim:PROFILE` (SimRobot; lockstep unless --realtime), `ur5e:HOST` (RTDE, servoL) and `go2:IFACE[:DOMAIN]`
-(unitree_sdk2py, joint targets through the safety filter); hardware always runs in real time.
+Robots: `sim:PROFILE` (SimRobot; lockstep unless --realtime), or the task's robot's hardware by its address:
+`ur5e:HOST` (RTDE, servoL), `go2:IFACE[:DOMAIN]` (unitree_sdk2py, joint targets through the safety filter);
+hardware always runs in real time.
 """
 
 from __future__ import annotations
@@ -16,19 +17,12 @@ from typing import Any
 
 import numpy as np
 
+from simdist import robots
 from simdist.bags.writer import BagWriter, next_run_dir
 from simdist.cli import add_overrides_argument
 from simdist.errors import CheckpointError, ConfigError
-from simdist.hardware.safety import SafetyFilter
 from simdist.plan.config import load_planner_config, task_action_limits
-from simdist.runtime.actuation import (
-    Actuator,
-    CartesianActuator,
-    JointActuator,
-    SimActuator,
-    ToolTarget,
-    go2_safety_limits,
-)
+from simdist.runtime.actuation import Actuator, SimActuator
 from simdist.runtime.ingest import CameraIngest
 from simdist.runtime.loop import DeployLoop, LoopStats
 from simdist.runtime.realtime import Scheduling, parse_cpus
@@ -64,49 +58,28 @@ def make_robot(
         return SimRobot(
             cfg.task, rest or "sim", seed=seed, overrides=overrides, commands=commands, realtime=realtime
         )
+    robot = robots.get(cfg.robot)
     if kind != cfg.robot:
         raise ConfigError(
             f"robot '{spec}' does not fit task {cfg.task} (a {cfg.robot} task; valid: sim:PROFILE, "
-            f"{cfg.robot}:...)"
+            f"{cfg.robot}:{robot.address or '...'})"
         )
-    if kind == "ur5e":
-        from simdist.hardware.ur5e import UR5eRobot
-
-        return UR5eRobot.connect(rest, control_hz=cfg.control_hz)
-    if kind == "go2":
-        from simdist.hardware.go2 import Go2Robot
-
-        iface, _, domain = rest.partition(":")
-        return Go2Robot.connect(iface or None, int(domain or 0), control_hz=cfg.control_hz)
-    raise ConfigError(f"unknown robot '{spec}' (valid: sim:PROFILE, ur5e:HOST, go2:IFACE[:DOMAIN])")
+    return robot.connect(rest, cfg)
 
 
 def default_command(cfg: TaskConfig) -> np.ndarray:
-    """The command a hardware run gets without --command: the middle evaluation speed, or the nominal hole pose."""
-    if cfg.robot == "go2":
-        speeds = cfg.command.eval_speeds or [0.5]
-        return np.array([speeds[len(speeds) // 2], 0.0, 0.0], dtype=np.float32)
-    return np.array([*cfg.peg.hole_center, 0.0], dtype=np.float32)
+    """The command a hardware run gets without --command (the robot's: the middle evaluation speed, the nominal
+    hole pose)."""
+    return robots.get(cfg.robot).default_command(cfg)
 
 
 def make_actuator(
     robot: Any, cfg: TaskConfig, command: Callable[[], np.ndarray], *, safety: bool
 ) -> Actuator:
-    """The simulator takes task actions directly; hardware (or `safety`) goes through joint targets or servoL."""
+    """The simulator takes task actions directly; hardware (or `safety`) goes through the robot's own actuator."""
     if hasattr(robot, "send_action") and not safety:
         return SimActuator(robot)
-    if cfg.robot == "go2":
-        return JointActuator(
-            robot, action_scale=cfg.action_scale, safety=SafetyFilter(go2_safety_limits(), cfg.control_hz)
-        )
-    tool = ToolTarget(
-        scale_m=cfg.peg.action_scale_m, scale_rad=cfg.peg.action_scale_rad, hole_depth=cfg.peg.hole_depth
-    )
-    if not hasattr(robot, "send_tool_pose"):
-        raise ConfigError(
-            f"robot {type(robot).__name__} has no Cartesian path for the {cfg.task} task's tool deltas"
-        )
-    return CartesianActuator(robot, tool, command=command)
+    return robots.get(cfg.robot).actuator(robot, cfg, command)
 
 
 def run_deploy(
@@ -221,9 +194,7 @@ def run_deploy(
 
 
 def _proprio_dim(robot: str) -> int:
-    from simdist.runtime.proprio import PROPRIO_DIMS
-
-    return PROPRIO_DIMS[robot]
+    return robots.get(robot).proprio_dim
 
 
 def _camera(spec: str | None, robot: Any, cfg: TaskConfig) -> CameraIngest | None:

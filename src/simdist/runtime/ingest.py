@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from simdist import robots
 from simdist.errors import RobotConnectionError
 from simdist.hardware.state import RobotState
-from simdist.runtime.proprio import proprio_from_state
 
 
 @dataclass(frozen=True)
@@ -32,10 +32,11 @@ class ProprioIngest:
 
     def __init__(self, robot: str, *, stale_after_s: float = 0.1) -> None:
         self.robot = robot
+        self.description = robots.get(robot)
         self.stale_after_s = stale_after_s
 
     def __call__(self, state: RobotState, now: float) -> Observation:
-        vector = proprio_from_state(self.robot, state)
+        vector = self.description.proprio(state)
         age = now - state.timestamp
         stale = age > self.stale_after_s or not bool(np.isfinite(vector).all())
         return Observation(timestamp=state.timestamp, vector=vector, stale=stale, age_s=age)

@@ -146,7 +146,7 @@ class DeployLoop:
 
     Args:
         robot: a `Robot`; a SimRobot also reports episode ends (`take_episode_end`) and its simulated clock.
-        robot_kind: "go2" or "ur5e" (the proprio layout).
+        robot_kind: the task's robot (`simdist.robots` name): its proprio layout and what a hold is.
         actuator: turns the task action into robot commands (`simdist.runtime.actuation`).
         store: the model store (hot swap); its current model plans.
         planner_config, limits: the MPPI settings (horizon = the model's) and the task's action limits.
@@ -309,10 +309,8 @@ class DeployLoop:
         return None, "held"
 
     def _hold_action(self) -> np.ndarray:
-        """The task action a hold amounts to: the Go2 keeps its last targets, the UR5e moves by zero."""
-        if self.robot_kind == "go2" and self._prev_action is not None:
-            return self._prev_action.copy()
-        return np.zeros(self.history.act_dim, dtype=np.float32)
+        """The task action a hold amounts to (the robot's): the Go2 keeps its last targets, the UR5e moves by zero."""
+        return self.ingest.description.hold_action(self._prev_action, self.history.act_dim)
 
     # -- episodes ------------------------------------------------------------------------------------------------
     def _end_episode(self, stamp_ns: int, ended: dict[str, Any] | None) -> None:

@@ -1,10 +1,11 @@
-"""Simulation layer: the project's Go2 and UR5e in MuJoCo, the tasks, randomisation and dynamics profiles."""
+"""Simulation layer: tasks, randomisation and dynamics profiles over the robots' MuJoCo envs (`simdist.robots`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+from simdist import robots
 from simdist.sim.config import TaskConfig, load_task
 from simdist.sim.vec_env import SimVecEnv
 
@@ -23,10 +24,7 @@ def make_env(
     """Build the vector env of a task under a dynamics profile (or the pretraining randomisation)."""
     cfg = task if isinstance(task, TaskConfig) else load_task(task, overrides)
     cfg.profile(profile)  # unknown profile: one clear error before any MuJoCo work
-    if cfg.robot == "go2":
-        from simdist.sim.go2 import Go2Env as cls
-    else:
-        from simdist.sim.ur5e import PegEnv as cls  # type: ignore[assignment]
+    cls = robots.get(cfg.robot).env_class()
     return cls(
         cfg,
         profile,

@@ -5,10 +5,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from simdist.config import apply_overrides, available, build, load_named
+from simdist.config import apply_overrides, build, read_yaml
 from simdist.errors import ConfigError
+from simdist.paths import config_dir
 
 # The dynamics parameters a profile may fix and the randomisation may draw. One place names them all.
 DYNAMICS_PARAMS: dict[str, str] = {
@@ -130,11 +132,23 @@ def _check_params(task: str, where: str, names: Any) -> None:
             )
 
 
+def task_files() -> dict[str, Path]:
+    """Every task by name: config/tasks/ and the task folders registered robots bring (config/ wins a clash)."""
+    from simdist import robots
+
+    files = {
+        p.stem: p for d in reversed([config_dir() / "tasks", *robots.task_dirs()]) for p in d.glob("*.yaml")
+    }
+    return dict(sorted(files.items()))
+
+
 def load_task(task: str, overrides: Mapping[str, Any] | None = None) -> TaskConfig:
-    """Load config/tasks/<task>.yaml with `--set` overrides into a validated TaskConfig."""
-    if task not in available("tasks"):
-        raise ConfigError(f"unknown task '{task}' (valid: {', '.join(available('tasks'))})")
-    raw = load_named("tasks", task)
+    """Load config/tasks/<task>.yaml (or a registered robot's own task, `RobotDescription.tasks_dir`) with `--set`
+    overrides into a validated TaskConfig."""
+    files = task_files()
+    if task not in files:
+        raise ConfigError(f"unknown task '{task}' (valid: {', '.join(sorted(files))})")
+    raw = read_yaml(files[task])
     data = apply_overrides(
         raw, dict(overrides or {}), open_keys=["profiles", "profiles.*", "nominal", "randomisation"]
     )
@@ -150,8 +164,9 @@ def load_task(task: str, overrides: Mapping[str, Any] | None = None) -> TaskConf
         raise ConfigError(
             f"peg.range_name '{cfg.peg.range_name}' unknown (valid: {', '.join(cfg.peg.ranges)})"
         )
-    if cfg.robot not in ("go2", "ur5e"):
-        raise ConfigError(f"robot must be go2 or ur5e, got '{cfg.robot}'")
+    from simdist import robots
+
+    robots.get(cfg.robot)  # unknown robot: one line naming the known ones
     return cfg
 
 

@@ -9,13 +9,11 @@ import imageio.v3 as iio
 import mujoco
 import numpy as np
 
-from simdist import atomic
+from simdist import atomic, robots
 from simdist.cli import add_task_arguments
 from simdist.config import parse_overrides
 from simdist.errors import ConfigError
 from simdist.sim import make_env
-
-CAMERAS = {"go2": "track", "ur5e": "front"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +41,7 @@ def render_rollout(
     env = make_env(task, profile, num_envs=1, seed=seed, overrides=overrides)
     env.reset(seed=seed)
     renderer = mujoco.Renderer(env.models[0], size[1], size[0])
-    camera = CAMERAS[env.cfg.robot]
+    camera = robots.get(env.cfg.robot).camera
     rng = np.random.default_rng(seed)
     every = max(1, round(env.cfg.control_hz / fps))
     frames = []

@@ -1,12 +1,13 @@
 """Batched MuJoCo environment with gymnasium vector conventions, shared by every task.
 
 Each member has its own MjModel copy so that its dynamics parameters (randomised or a named profile) can differ.
-Robot-specific subclasses (`Go2Env`, `PegEnv`) build the scene and define actions, observations and rewards.
+Each robot's subclass (`simdist.robots.<robot>.sim`) builds the scene and define actions, observations and rewards.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -16,9 +17,11 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from simdist.errors import ConfigError
+from simdist.hardware.state import RobotState
 from simdist.sim.config import TaskConfig
 
 Obs = dict[str, np.ndarray]
+Noise = Callable[[str, tuple[int, ...]], np.ndarray]
 
 
 class SimVecEnv(gym.vector.VectorEnv):
@@ -117,6 +120,15 @@ class SimVecEnv(gym.vector.VectorEnv):
     def metrics(self) -> dict[str, np.ndarray]:
         """Per-member task metrics of the current episode (progress, success, fell)."""
         return {}
+
+    def measure(self, i: int, noise: Noise, *, timestamp: float, robot_time: float) -> RobotState:
+        """What member i's robot measures, as its driver reports it (`SimRobot.read`); `noise(key, shape)` draws
+        the task's sensor noise of `observation_noise[key]`."""
+        raise NotImplementedError
+
+    def joint_targets_action(self, i: int, targets: np.ndarray) -> np.ndarray:
+        """The task action that makes member i track joint `targets` (the hardware path run in simulation)."""
+        raise NotImplementedError
 
     # ----- seeding and parameters --------------------------------------------------------------------------
     def _seed(self, seed: int | None) -> None:

@@ -76,6 +76,16 @@ class NodeSpec:
     required: bool = False  # the stack shuts down when this node exits
 
 
+def _launch_value(name: str, value: str, default: Any) -> Any:
+    """A launch argument's string as the type of the parameter it sets (the parameter's default's)."""
+    if isinstance(default, int):
+        try:
+            return int(value)
+        except ValueError:
+            raise ValueError(f"launch argument {name}:={value} is not an integer") from None
+    return value
+
+
 def stack_nodes(values: dict[str, str], *, robot_kind: str | None = None) -> list[NodeSpec]:
     """The nodes for resolved launch arguments (strings, as launch gives them; missing ones take defaults).
 
@@ -112,18 +122,14 @@ def stack_nodes(values: dict[str, str], *, robot_kind: str | None = None) -> lis
             required=True,
         )
     else:
-        if kind == "ur5e":
-            hardware = {"robot_ip": given["robot_ip"]}
-            robot_spec = f"ur5e:{given['robot_ip']}"
-        else:
-            try:
-                domain = int(given["go2_domain_id"])
-            except ValueError:
-                raise ValueError(
-                    f"launch argument go2_domain_id:={given['go2_domain_id']} is not an integer"
-                ) from None
-            hardware = {"network_interface": given["network_interface"], "domain_id": domain}
-            robot_spec = f"go2:{given['network_interface']}:{domain}"
+        from simdist import robots
+
+        description = robots.get(kind)
+        hardware = {
+            p.name: _launch_value(p.launch_arg, given[p.launch_arg], p.default)
+            for p in description.hardware_parameters
+        }
+        robot_spec = f"{kind}:{description.hardware_address(hardware)}"
         robot = NodeSpec("simdist_nodes", "proprio_node", "simdist_proprio", {"task": task, **hardware}, True)
     use_camera = given["robot"] == "real" and given["camera"] != ""
     nodes = [

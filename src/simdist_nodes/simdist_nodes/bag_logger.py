@@ -85,7 +85,7 @@ class TickLogger:
         self.events_lost = 0
         self._lock = threading.Lock()  # one lock: every callback ends in the one bag
         self._states: dict[str, deque[tuple[int, Any]]] = {
-            t: deque(maxlen=_STATE_HISTORY) for t in conversions.STATE_TOPICS[robot]
+            t: deque(maxlen=_STATE_HISTORY) for t in conversions.state_topics(robot)
         }
         self._last_stamp = 0  # the newest header stamp seen (for topics without a header)
         self._image: np.ndarray | None = None

@@ -19,8 +19,10 @@ from typing import Any
 import numpy as np
 from simdist_finetune.conversions import TOPIC as MODEL_VERSION  # the hot-swap signal
 
+from simdist import robots
 from simdist.bags import conversions as bag_conversions
 from simdist.bags import schema
+from simdist.errors import ConfigError
 from simdist.hardware.state import RobotState
 
 MessageFactory = Callable[[str], Any]
@@ -43,11 +45,28 @@ LIVE_TOPIC_TYPES: dict[str, str] = {
     MODEL_VERSION: schema.EVENT_TYPE,
 }
 
-# The topics a robot node publishes and the planner needs to rebuild a RobotState.
-STATE_TOPICS: dict[str, tuple[str, ...]] = {
-    "go2": (schema.JOINT_STATES, schema.IMU, FOOT_FORCES),
-    "ur5e": (schema.JOINT_STATES, schema.EE_POSE, EE_TWIST, schema.WRENCH),
+# The live topic of each RobotState part (`simdist.robots.STATE_PARTS`); a robot node publishes the joints and its
+# robot's parts, and the planner rebuilds a RobotState from them (`state_topics`).
+PART_TOPICS: dict[str, str] = {
+    "imu": schema.IMU,
+    "foot_forces": FOOT_FORCES,
+    "tool_pose": schema.EE_POSE,
+    "tool_twist": EE_TWIST,
+    "tool_wrench": schema.WRENCH,
 }
+
+
+def state_topics(robot: str) -> tuple[str, ...]:
+    """The topics a robot node publishes for one measurement of `robot` (ValueError: unknown robot)."""
+    return (schema.JOINT_STATES, *(PART_TOPICS[p] for p in _robot(robot).state_parts))
+
+
+def _robot(name: str) -> Any:
+    try:
+        return robots.get(name)
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+
 
 TICK_SEPARATOR = "@"
 
@@ -241,57 +260,58 @@ def state_messages(m: MessageFactory, robot: str, state: RobotState, stamp_ns: i
     Raises:
         ValueError: unknown robot, or the state lacks a field the robot's topics need.
     """
-    if robot not in STATE_TOPICS:
-        raise ValueError(f"unknown robot '{robot}' (valid: {', '.join(STATE_TOPICS)})")
+    description = _robot(robot)
+    description.require(state)
     out: list[tuple[str, Any]] = [(schema.JOINT_STATES, joint_state_msg(m, stamp_ns, state))]
-    if robot == "go2":
-        if state.imu_quaternion is None or state.imu_gyro is None or state.imu_accel is None:
-            raise ValueError("a go2 state needs imu_quaternion, imu_gyro and imu_accel")
-        if state.foot_forces is None:
-            raise ValueError("a go2 state needs foot_forces")
-        out.append((schema.IMU, imu_msg(m, stamp_ns, state.imu_quaternion, state.imu_gyro, state.imu_accel)))
-        out.append((FOOT_FORCES, vector_msg(m, state.foot_forces, "foot_forces")))
-        return out
-    if state.tool_pose is None or state.tool_twist is None or state.tool_wrench is None:
-        raise ValueError("a ur5e state needs tool_pose, tool_twist and tool_wrench")
-    out.append((schema.EE_POSE, pose_msg(m, stamp_ns, state.tool_pose)))
-    out.append((EE_TWIST, twist_msg(m, stamp_ns, state.tool_twist)))
-    out.append((schema.WRENCH, wrench_msg(m, stamp_ns, state.tool_wrench)))
+    for part in description.state_parts:
+        out.append((PART_TOPICS[part], _PART_TO_MSG[part](m, stamp_ns, state)))
     return out
 
 
+_PART_TO_MSG: dict[str, Callable[[MessageFactory, int, RobotState], Any]] = {
+    "imu": lambda m, t, s: imu_msg(m, t, s.imu_quaternion, s.imu_gyro, s.imu_accel),
+    "foot_forces": lambda m, t, s: vector_msg(m, s.foot_forces, "foot_forces"),
+    "tool_pose": lambda m, t, s: pose_msg(m, t, s.tool_pose),
+    "tool_twist": lambda m, t, s: twist_msg(m, t, s.tool_twist),
+    "tool_wrench": lambda m, t, s: wrench_msg(m, t, s.tool_wrench),
+}
+
+
+def _imu_fields(msg: Any) -> dict[str, np.ndarray]:
+    imu = bag_conversions.imu_from_msg(msg)
+    return {"imu_quaternion": imu["quaternion"], "imu_gyro": imu["gyro"], "imu_accel": imu["accel"]}
+
+
+_PART_FROM_MSG: dict[str, Callable[[Any], dict[str, np.ndarray]]] = {
+    "imu": _imu_fields,
+    "foot_forces": lambda msg: {"foot_forces": vector_from_msg(msg).astype(np.float64)},
+    "tool_pose": lambda msg: {"tool_pose": bag_conversions.pose_from_msg(msg)},
+    "tool_twist": lambda msg: {"tool_twist": twist_from_msg(msg)},
+    "tool_wrench": lambda msg: {"tool_wrench": bag_conversions.wrench_from_msg(msg)},
+}
+
+
 def state_from_messages(robot: str, latest: Mapping[str, Any], timestamp: float) -> RobotState:
-    """A RobotState from the latest message of each of the robot's `STATE_TOPICS`.
+    """A RobotState from the latest message of each of the robot's `state_topics`.
 
     `timestamp` is the loop clock's time of the oldest of them (so staleness is judged on the oldest part).
 
     Raises:
         KeyError: a topic has no message yet.
     """
-    missing = [t for t in STATE_TOPICS[robot] if t not in latest]
+    missing = [t for t in state_topics(robot) if t not in latest]
     if missing:
         raise KeyError(f"no message yet on {', '.join(missing)}")
     joints = bag_conversions.joint_state_from_msg(latest[schema.JOINT_STATES])
     effort = joints["effort"] if joints["effort"].size == joints["position"].size else None
-    common = {
-        "timestamp": timestamp,
-        "joint_positions": joints["position"],
-        "joint_velocities": joints["velocity"],
-        "joint_torques": effort,
-        "joint_names": joints["names"],
-    }
-    if robot == "go2":
-        imu = bag_conversions.imu_from_msg(latest[schema.IMU])
-        return RobotState(
-            **common,
-            imu_quaternion=imu["quaternion"],
-            imu_gyro=imu["gyro"],
-            imu_accel=imu["accel"],
-            foot_forces=vector_from_msg(latest[FOOT_FORCES]).astype(np.float64),
-        )
+    fields: dict[str, Any] = {}
+    for part in _robot(robot).state_parts:
+        fields.update(_PART_FROM_MSG[part](latest[PART_TOPICS[part]]))
     return RobotState(
-        **common,
-        tool_pose=bag_conversions.pose_from_msg(latest[schema.EE_POSE]),
-        tool_twist=twist_from_msg(latest[EE_TWIST]),
-        tool_wrench=bag_conversions.wrench_from_msg(latest[schema.WRENCH]),
+        timestamp=timestamp,
+        joint_positions=joints["position"],
+        joint_velocities=joints["velocity"],
+        joint_torques=effort,
+        joint_names=joints["names"],
+        **fields,
     )

@@ -44,7 +44,7 @@ class LoggerNode(Node):
             info=info,
         )
         group = MutuallyExclusiveCallbackGroup()  # one bag, written in order
-        for topic in conversions.STATE_TOPICS[cfg.robot]:
+        for topic in conversions.state_topics(cfg.robot):
             self.create_subscription(
                 self.m(conversions.topic_type(topic)),
                 topic,

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from simdist import robots
 from simdist.bags import schema
 from simdist.errors import RobotConnectionError
 from simdist.hardware.state import JointCommand, RobotState
@@ -27,13 +28,7 @@ Publish = Callable[[str, Any], None]
 
 def joint_names_for(robot: str) -> tuple[str, ...]:
     """The joint names a robot reports (Unitree order for the Go2, base to wrist for the UR5e)."""
-    if robot == "go2":
-        from simdist.hardware.go2 import GO2_JOINT_NAMES
-
-        return GO2_JOINT_NAMES
-    from simdist.hardware.ur5e import UR5E_JOINT_NAMES
-
-    return UR5E_JOINT_NAMES
+    return robots.get(robot).joint_names
 
 
 class TopicRobot:
@@ -56,7 +51,7 @@ class TopicRobot:
         self.robot = robot
         self.joint_names = joint_names
         self.control_hz = control_hz
-        self.topics = conversions.STATE_TOPICS[robot]
+        self.topics = conversions.state_topics(robot)
         self._clock = clock
         self._state_lock = threading.Lock()
         self._latest: dict[str, tuple[float, Any]] = {}

@@ -20,6 +20,7 @@ import numpy as np
 from rclpy.node import Node
 from simdist_finetune.conversions import transient_local_qos, version_from_msg
 
+from simdist import robots
 from simdist.bags import schema
 from simdist.bags.writer import BagWriter
 from simdist.errors import ConfigError
@@ -27,7 +28,6 @@ from simdist.plan.config import load_planner_config, task_action_limits
 from simdist.runtime.deploy import default_command, resolve_model
 from simdist.runtime.ingest import CameraIngest
 from simdist.runtime.loop import DeployLoop
-from simdist.runtime.proprio import PROPRIO_DIMS
 from simdist.runtime.realtime import Scheduling, parse_cpus
 from simdist.runtime.store import ModelStore
 from simdist.sim.config import load_task
@@ -73,7 +73,7 @@ class PlannerNode(Node):
         self.cfg = load_task(task)
         folder = resolve_model(task, Path(model_dir) if model_dir else None)
         self.store = ModelStore(folder, poll_s=poll_s).start()
-        if self.store.model.obs_dim != PROPRIO_DIMS[self.cfg.robot]:
+        if self.store.model.obs_dim != robots.get(self.cfg.robot).proprio_dim:
             self.store.stop()
             raise ConfigError(
                 f"model_dir {folder}: a model for {self.store.model.obs_dim} observations, not a {self.cfg.robot}"
@@ -95,7 +95,7 @@ class PlannerNode(Node):
         ):
             qos = COMMAND if topic == conversions.ROBOT_COMMAND else TICKS
             self._topics_out[topic] = self.create_publisher(self.m(conversions.topic_type(topic)), topic, qos)
-        for topic in conversions.STATE_TOPICS[self.cfg.robot]:
+        for topic in conversions.state_topics(self.cfg.robot):
             self.create_subscription(
                 self.m(conversions.topic_type(topic)),
                 topic,

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from rclpy.node import Node
 
+from simdist import robots
 from simdist.bags import schema
 from simdist.errors import ConfigError
 from simdist.runtime.deploy import default_command, make_actuator, make_robot
@@ -66,7 +67,7 @@ class RobotNode(Node):
         actuator = make_actuator(self.robot, self.cfg, command_fn, safety=not simulated)
         self._topics_out: dict[str, Any] = {}
         topics = [
-            *conversions.STATE_TOPICS[self.cfg.robot],
+            *conversions.state_topics(self.cfg.robot),
             conversions.TASK_COMMAND,
             conversions.ROBOT_EVENTS,
         ]
@@ -96,12 +97,9 @@ class RobotNode(Node):
         self.get_logger().info(f"{task} on {spec}: publishing state at {self.cfg.control_hz:g} Hz")
 
     def _hardware_spec(self) -> str:
-        if self.cfg.robot == "ur5e":
-            ip = declare(self, "robot_ip", "192.168.1.102", "the UR5e controller's address (RTDE, TCP 30004)")
-            return f"ur5e:{ip}"
-        iface = declare(self, "network_interface", "eth0", "the Ethernet interface wired to the Go2")
-        domain = declare(self, "domain_id", 0, "the Go2's DDS domain (0 on a stock robot)")
-        return f"go2:{iface}:{domain}"
+        robot = robots.get(self.cfg.robot)
+        values = {p.name: declare(self, p.name, p.default, p.description) for p in robot.hardware_parameters}
+        return f"{robot.name}:{robot.hardware_address(values)}"
 
     def _publish(self, topic: str, msg: Any) -> None:
         self._topics_out[topic].publish(msg)

@@ -16,10 +16,8 @@ import numpy as np
 
 from simdist.errors import RobotConnectionError
 from simdist.hardware.state import JointCommand, RobotState
+from simdist.robots.go2 import JOINT_NAMES
 
-GO2_JOINT_NAMES: tuple[str, ...] = tuple(
-    f"{leg}_{part}_joint" for leg in ("FR", "FL", "RR", "RL") for part in ("hip", "thigh", "calf")
-)
 NUM_MOTORS = 12
 LOWCMD_TOPIC = "rt/lowcmd"
 LOWSTATE_TOPIC = "rt/lowstate"
@@ -108,7 +106,7 @@ def lowstate_to_robot_state(msg: Any, received_at: float) -> RobotState:
         imu_gyro=list(imu.gyroscope),
         imu_accel=list(imu.accelerometer),
         foot_forces=list(msg.foot_force),
-        joint_names=GO2_JOINT_NAMES,
+        joint_names=JOINT_NAMES,
         robot_time=float(msg.tick) / 1000.0,
     )
 
@@ -121,7 +119,7 @@ class Go2Robot:
     process: the first `connect` fixes the domain and interface for the process's lifetime.
     """
 
-    joint_names = GO2_JOINT_NAMES
+    joint_names = JOINT_NAMES
 
     def __init__(
         self,

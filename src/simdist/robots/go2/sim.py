@@ -15,13 +15,13 @@ import math
 import mujoco
 import numpy as np
 
+from simdist.hardware.state import RobotState
 from simdist.paths import assets_dir
-from simdist.sim.vec_env import Obs, SimVecEnv
+from simdist.robots.go2 import JOINT_NAMES, LEGS, PROPRIO_DIM, STAND_POSE
+from simdist.sim.vec_env import Noise, Obs, SimVecEnv
 
-STAND_POSE = np.array([0.0, 0.9, -1.8] * 4)
 STAND_HEIGHT = 0.30
 GAIT_HZ = 2.0
-LEGS = ("FR", "FL", "RR", "RL")
 PRIVILEGED_PARAMS = (
     "friction",
     "base_mass_add",
@@ -37,7 +37,7 @@ PRIVILEGED_PARAMS = (
 
 
 class Go2Env(SimVecEnv):
-    proprio_dim = 35
+    proprio_dim = PROPRIO_DIM
     command_dim = 3
     action_dim = 12
     privileged_dim = 35 + 3 + 1 + len(PRIVILEGED_PARAMS) + 3
@@ -291,3 +291,35 @@ class Go2Env(SimVecEnv):
             "commanded_m": self._commanded(),
             "fell": self._fell(),
         }
+
+    # ----- the robot's own measurement and joint targets (SimRobot) -------------------------------------------
+    def measure(self, i: int, noise: Noise, *, timestamp: float, robot_time: float) -> RobotState:
+        """The lowstate of the real Go2: joints, IMU (quaternion tilted by the gravity noise) and foot forces."""
+        data = self.datas[i]
+        quat = data.sensor("imu_quat").data.copy()
+        tilt = noise("gravity", (3,))
+        if tilt.any():  # a small random rotation: the projected gravity moves by about the noise std
+            delta = np.zeros(4)
+            mujoco.mju_axisAngle2Quat(delta, tilt / np.linalg.norm(tilt), float(np.linalg.norm(tilt)))
+            mujoco.mju_mulQuat(quat, quat.copy(), delta)
+        accel = data.sensor("imu_acc").data.copy()
+        accel[2] += noise("accel_z", (1,))[0]
+        feet = np.array([data.sensor(f"{leg}_foot_force").data[0] for leg in LEGS])
+        return RobotState(
+            timestamp=timestamp,
+            joint_positions=data.qpos[7:] + noise("joint_pos", (12,)),
+            joint_velocities=data.qvel[6:] + noise("joint_vel", (12,)),
+            joint_torques=data.actuator_force.copy(),
+            imu_quaternion=quat,
+            imu_gyro=data.sensor("imu_gyro").data + noise("gyro", (3,)),
+            imu_accel=accel,
+            foot_forces=feet + noise("foot_force", (4,)),
+            joint_names=JOINT_NAMES,
+            robot_time=robot_time,
+        )
+
+    def joint_targets_action(self, i: int, targets: np.ndarray) -> np.ndarray:
+        """Joint targets are the stand pose plus the scaled action: the action is their offset."""
+        return ((np.asarray(targets, dtype=np.float64) - STAND_POSE) / self.cfg.action_scale).astype(
+            np.float32
+        )

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# proprio layout (simdist.sim.ur5e.PegEnv): joint_pos 0:6, joint_vel 6:12, tool_pos 12:15, tool_quat 15:19,
+# proprio layout (simdist.robots.ur5e.sim.PegEnv): joint_pos 0:6, joint_vel 6:12, tool_pos 12:15, tool_quat 15:19,
 # tool_vel 19:25, wrench 25:31
 TIP, QUAT, FORCE, TORQUE_Z = slice(12, 15), slice(15, 19), slice(25, 28), 30
 

@@ -14,15 +14,8 @@ import numpy as np
 
 from simdist.errors import RobotConnectionError
 from simdist.hardware.state import JointCommand, RobotState
+from simdist.robots.ur5e import JOINT_NAMES
 
-UR5E_JOINT_NAMES: tuple[str, ...] = (
-    "shoulder_pan_joint",
-    "shoulder_lift_joint",
-    "elbow_joint",
-    "wrist_1_joint",
-    "wrist_2_joint",
-    "wrist_3_joint",
-)
 PIP_PACKAGE = "ur-rtde==1.6.5"
 
 
@@ -67,7 +60,7 @@ class UR5eRobot:
     `lookahead_time` (0.03-0.2 s) and `gain` (100-2000) are ur_rtde's smoothing and stiffness of the servo.
     """
 
-    joint_names = UR5E_JOINT_NAMES
+    joint_names = JOINT_NAMES
 
     def __init__(
         self,

@@ -18,10 +18,12 @@ import mujoco
 import numpy as np
 from mujoco.batch import Batch
 
+from simdist.hardware.state import RobotState
 from simdist.paths import assets_dir
+from simdist.robots.ur5e import JOINT_NAMES, PROPRIO_DIM, workspace
+from simdist.robots.ur5e.search import search_action, tool_yaw
 from simdist.sim import native
-from simdist.sim.peg_search import search_action, tool_yaw
-from simdist.sim.vec_env import Obs, SimVecEnv
+from simdist.sim.vec_env import Noise, Obs, SimVecEnv
 
 HOME = np.array([-1.5708, -1.5708, 1.5708, -1.5708, -1.5708, 0.0])
 PRIVILEGED_PARAMS = (
@@ -75,7 +77,7 @@ def _native_servo() -> ctypes.CDLL | None:
 
 
 class PegEnv(SimVecEnv):
-    proprio_dim = 31
+    proprio_dim = PROPRIO_DIM
     command_dim = 4
     action_dim = 4
     privileged_dim = 31 + 4 + 3 + 1 + len(PRIVILEGED_PARAMS) + 4
@@ -156,6 +158,7 @@ class PegEnv(SimVecEnv):
         self._peg_body = model.body("peg").id
         self._peg_mass = float(model.body_mass[self._peg_body])
         self._tip = model.site("peg_tip").id
+        self._fk: mujoco.MjData | None = None  # scratch data for joint targets -> tool target
         self._flange = model.site("flange").id
         self._gain = model.actuator_gainprm[:, 0].copy()
         self._kv = -model.actuator_biasprm[:, 2].copy()
@@ -277,9 +280,7 @@ class PegEnv(SimVecEnv):
         pc = self.cfg.peg
         self.target_pos += actions[:, :3] * pc.action_scale_m
         self.target_yaw += actions[:, 3] * pc.action_scale_rad
-        # Keep the target in a box around the hole estimate and above the table: a workspace limit.
-        low = self.command[:, :3] - np.array([0.12, 0.12, pc.hole_depth + 0.01])
-        high = self.command[:, :3] + np.array([0.12, 0.12, 0.25])
+        low, high = workspace(self.command[:, :3], pc.hole_depth)  # around the hole estimate, above the table
         np.clip(self.target_pos, low, high, out=self.target_pos)
 
     def simulate(self) -> None:
@@ -405,7 +406,7 @@ class PegEnv(SimVecEnv):
         return {"success": self.success.copy(), "depth_m": depth, "dist_xy_m": dist_xy}
 
     def scripted_action(self, gain: float = 0.5) -> np.ndarray:
-        """The force-guided search controller (simdist.sim.peg_search) on the current, noise-free measurements."""
+        """The force-guided search controller (simdist.robots.ur5e.search) on the current, noise-free measurements."""
         s = self._last_state
         proprio = np.concatenate([s[k] for k in PROPRIO_PARTS], axis=1)
         pc = self.cfg.peg
@@ -413,3 +414,38 @@ class PegEnv(SimVecEnv):
 
     def tool_yaw(self) -> np.ndarray:
         return tool_yaw(self._last_state["tool_quat"])
+
+    # ----- the robot's own measurement and joint targets (SimRobot) -------------------------------------------
+    def measure(self, i: int, noise: Noise, *, timestamp: float, robot_time: float) -> RobotState:
+        """What RTDE reports: joints, the TCP (peg tip) pose with the flange's orientation, its twist, the wrench."""
+        data = self.datas[i]
+        quat = np.zeros(4)
+        mujoco.mju_mat2Quat(quat, data.site_xmat[self._flange])
+        quat = quat + noise("tool_quat", (4,))
+        twist = np.concatenate([data.sensor("tool_linvel").data, data.sensor("tool_angvel").data])
+        wrench = np.concatenate([data.sensor("ft_force").data, data.sensor("ft_torque").data])
+        tip = data.site_xpos[self._tip] + noise("tool_pos", (3,))
+        return RobotState(
+            timestamp=timestamp,
+            joint_positions=data.qpos[:6] + noise("joint_pos", (6,)),
+            joint_velocities=data.qvel[:6] + noise("joint_vel", (6,)),
+            joint_torques=data.actuator_force.copy(),
+            tool_pose=np.concatenate([tip, quat]),
+            tool_twist=twist + noise("tool_vel", (6,)),
+            tool_wrench=wrench + noise("wrench", (6,)),
+            joint_names=JOINT_NAMES,
+            robot_time=robot_time,
+        )
+
+    def joint_targets_action(self, i: int, targets: np.ndarray) -> np.ndarray:
+        """Joint targets become the tool target (peg tip position and flange yaw, by forward kinematics) that the
+        servo's IK tracks; the action is then a zero delta."""
+        if self._fk is None:
+            self._fk = mujoco.MjData(self.base_model)
+        fk = self._fk
+        fk.qpos[:6] = np.asarray(targets, dtype=np.float64)
+        mujoco.mj_kinematics(self.base_model, fk)
+        rot = fk.site_xmat[self._flange].reshape(3, 3)
+        self.target_pos[i] = fk.site_xpos[self._tip]
+        self.target_yaw[i] = np.arctan2(rot[1, 0], rot[0, 0])
+        return np.zeros(self.action_dim, dtype=np.float32)

@@ -1,0 +1,87 @@
+"""UR5e tool deltas -> a tool pose target (the peg tip's position and yaw) -> servoL on the arm, as the simulator's
+`PegEnv.set_targets` moves its target; the target stays in the task's workspace (`simdist.robots.ur5e.workspace`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mujoco
+import numpy as np
+
+from simdist.hardware.state import RobotState
+from simdist.robots.ur5e import workspace
+from simdist.robots.ur5e.hardware import quaternion_to_rotvec
+from simdist.runtime.actuation import Actuation
+
+
+class ToolTarget:
+    """The UR5e tool target (peg tip position, yaw) that Cartesian deltas move, as `PegEnv.set_targets` does.
+
+    The tool points down; yaw turns about the vertical. The target stays in a box around the hole estimate
+    (`command[:3]`) and above the hole floor, the sim's workspace limit.
+    """
+
+    def __init__(self, *, scale_m: float, scale_rad: float, hole_depth: float) -> None:
+        self.scale_m = scale_m
+        self.scale_rad = scale_rad
+        self.hole_depth = hole_depth
+        self.position = np.zeros(3)
+        self.yaw = 0.0
+
+    def reset(self, tool_pose: np.ndarray) -> None:
+        """Start from a measured tool pose (x, y, z, qw, qx, qy, qz)."""
+        pose = np.asarray(tool_pose, dtype=np.float64)
+        rot = np.zeros(9)
+        mujoco.mju_quat2Mat(rot, pose[3:7] / np.linalg.norm(pose[3:7]))
+        rot = rot.reshape(3, 3)
+        self.position = pose[:3].copy()
+        self.yaw = float(np.arctan2(rot[1, 0], rot[0, 0]))
+
+    def step(self, action: np.ndarray, command: np.ndarray) -> None:
+        a = np.asarray(action, dtype=np.float64)
+        self.position = self.position + a[:3] * self.scale_m
+        self.yaw += float(a[3]) * self.scale_rad
+        low, high = workspace(np.asarray(command, dtype=np.float64)[:3], self.hole_depth)
+        self.position = np.clip(self.position, low, high)
+
+    def rotation(self) -> np.ndarray:
+        c, s = np.cos(self.yaw), np.sin(self.yaw)
+        return np.array([[c, s, 0.0], [s, -c, 0.0], [0.0, 0.0, -1.0]])  # yaw times "tool down"
+
+    def servo_pose(self) -> np.ndarray:
+        """(x, y, z, rx, ry, rz) for servoL."""
+        quat = np.zeros(4)
+        mujoco.mju_mat2Quat(quat, self.rotation().reshape(-1))
+        return np.concatenate([self.position, quaternion_to_rotvec(quat)])
+
+
+class CartesianActuator:
+    """UR5e tool deltas -> ToolTarget -> servoL. Holds (leaves servo mode) on a non-finite action or stale state."""
+
+    def __init__(self, robot: Any, tool: ToolTarget, *, command: Any, stale_after_s: float = 0.2) -> None:
+        self.robot = robot
+        self.tool = tool
+        self.command = command  # callable -> the current task command (hole estimate)
+        self.stale_after_s = stale_after_s
+        self._started = False
+
+    def reset(self, state: RobotState) -> None:
+        self.tool.reset(state.tool_pose)
+        self._started = True
+
+    def apply(self, action: np.ndarray, state: RobotState, now: float) -> Actuation:
+        if not self._started:
+            self.reset(state)
+        if not np.all(np.isfinite(action)):
+            self.hold()
+            return Actuation(held=True, flags=frozenset({"non_finite_command"}))
+        if now - state.timestamp > self.stale_after_s or not state.is_finite():
+            self.hold()
+            return Actuation(held=True, flags=frozenset({"stale_state"}))
+        self.tool.step(action, self.command())
+        self.robot.send_tool_pose(self.tool.servo_pose())
+        return Actuation()
+
+    def hold(self) -> None:
+        self.robot.hold()
