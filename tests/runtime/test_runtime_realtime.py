@@ -181,11 +181,13 @@ def test_memory_is_locked_only_under_an_unlimited_limit() -> None:
 
 def test_a_scheduling_failure_never_stops_control(go2_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import simdist.runtime.loop as loop_module
+    import simdist.runtime.plan_thread as plan_thread_module
 
     def broken(scheduling: Scheduling, role: str) -> list[str]:
         raise RuntimeError(f"{role}: no scheduler today")
 
-    monkeypatch.setattr(loop_module, "apply_to_this_thread", broken)
+    monkeypatch.setattr(loop_module, "apply_to_this_thread", broken)  # the control thread's
+    monkeypatch.setattr(plan_thread_module, "apply_to_this_thread", broken)  # the planner thread's
     result = _realtime_run(go2_model, Scheduling(priority=20))
     stats = result.stats
     assert stats.errors == 0 and stats.ticks + stats.missed == 10 and stats.fresh + stats.late > 0

@@ -24,7 +24,8 @@ from simdist.errors import CheckpointError, ConfigError
 from simdist.plan.config import load_planner_config, task_action_limits
 from simdist.runtime.actuation import Actuator, SimActuator
 from simdist.runtime.ingest import CameraIngest
-from simdist.runtime.loop import DeployLoop, LoopStats
+from simdist.runtime.loop import DeployLoop
+from simdist.runtime.loop_stats import LoopStats
 from simdist.runtime.realtime import Scheduling, parse_cpus
 from simdist.runtime.store import ModelStore
 from simdist.sim.config import TaskConfig, load_task

@@ -17,7 +17,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -30,6 +29,8 @@ from simdist.plan.mppi import Plan, Planner
 from simdist.runtime.actuation import Actuator
 from simdist.runtime.history import ObservationHistory
 from simdist.runtime.ingest import CameraIngest, ProprioIngest
+from simdist.runtime.loop_stats import LoopStats
+from simdist.runtime.plan_thread import PlanJob, PlanThread
 from simdist.runtime.realtime import (
     Scheduling,
     ThreadState,
@@ -42,103 +43,6 @@ from simdist.runtime.realtime import (
 from simdist.runtime.store import ModelStore
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class LoopStats:
-    """What happened in a run. Every tick is exactly one of fresh, late or held."""
-
-    ticks: int = 0
-    fresh: int = 0  # executed the first action of a plan computed for this very tick
-    late: int = 0  # the plan missed its deadline: executed the next step of the last plan
-    held: int = 0  # sent the safe hold (no usable plan, stale state, an error, or the safety filter)
-    missed: int = 0  # control periods skipped because the loop itself overran (real time only)
-    stale: int = 0
-    errors: int = 0
-    swaps: int = 0
-    # real time: ticks whose own work took longer than a period (logged with their phases, see _slow_tick)
-    slow_ticks: int = 0
-    episodes: list[dict[str, Any]] = field(default_factory=list)  # robot-reported episode ends (metrics)
-    plan_seconds: list[float] = field(default_factory=list)
-    versions: list[str] = field(default_factory=list)  # the model version of every tick
-
-    def summary(self) -> dict[str, Any]:
-        times = np.asarray(self.plan_seconds) if self.plan_seconds else np.zeros(1)
-        return {
-            "ticks": self.ticks,
-            "fresh": self.fresh,
-            "late": self.late,
-            "held": self.held,
-            "missed": self.missed,
-            "stale": self.stale,
-            "errors": self.errors,
-            "swaps": self.swaps,
-            "slow_ticks": self.slow_ticks,
-            "episodes": len(self.episodes),
-            "plan_ms_p50": float(np.percentile(times, 50) * 1e3),
-            "plan_ms_p99": float(np.percentile(times, 99) * 1e3),
-        }
-
-
-@dataclass
-class _Job:
-    tick: int
-    episode: int
-    model: Any
-    inputs: tuple[torch.Tensor, ...]
-    image: torch.Tensor | None
-    command: torch.Tensor
-    prev_action: torch.Tensor | None
-    reset: bool
-
-
-class _PlanThread:
-    """Runs plan jobs one at a time off the control thread (real time); results come back through a queue."""
-
-    def __init__(
-        self,
-        run: Callable[[_Job], Plan],
-        scheduling: Scheduling | None = None,
-        problems: list[str] | None = None,
-    ) -> None:
-        self._run = run
-        self._scheduling = scheduling
-        self._problems = problems if problems is not None else []
-        self._jobs: queue.Queue[_Job | None] = queue.Queue(maxsize=1)
-        self.results: queue.Queue[tuple[_Job, Plan | BaseException, float]] = queue.Queue()
-        self._idle = threading.Event()
-        self._idle.set()
-        self._thread = threading.Thread(target=self._work, name="planner", daemon=True)
-        self._thread.start()
-
-    @property
-    def busy(self) -> bool:
-        return not self._idle.is_set()
-
-    def submit(self, job: _Job) -> None:
-        self._idle.clear()
-        self._jobs.put(job)
-
-    def _work(self) -> None:
-        if self._scheduling is not None and self._scheduling.requested:
-            try:
-                self._problems += apply_to_this_thread(self._scheduling, "planner")
-            except Exception as exc:  # the planner thread must live on, at normal priority
-                self._problems.append(f"planner thread: scheduling failed: {exc!r}")
-                log.warning(self._problems[-1])
-        while (job := self._jobs.get()) is not None:
-            start = time.perf_counter()
-            try:
-                result: Plan | BaseException = self._run(job)
-            except Exception as exc:  # handed to the control thread, which holds and logs
-                result = exc
-            seconds = time.perf_counter() - start
-            self._idle.set()  # before the result, so whoever takes it can submit the next job at once
-            self.results.put((job, result, seconds))
-
-    def close(self) -> None:
-        self._jobs.put(None)
-        self._thread.join(timeout=5.0)
 
 
 class DeployLoop:
@@ -210,7 +114,7 @@ class DeployLoop:
         self._prev_action: np.ndarray | None = None
         self._needs_reset = True
         self._computed: tuple[int, int] | None = None  # (tick, episode) of the plan the planner computed last
-        self._thread: _PlanThread | None = None
+        self._thread: PlanThread | None = None
         self._t0_ns = time.time_ns()
         self._t0 = 0.0
         self._slow_logged_at = -float("inf")
@@ -227,7 +131,7 @@ class DeployLoop:
         return self._t0_ns + round(k * self.period * 1e9)
 
     # -- planning ------------------------------------------------------------------------------------------------
-    def _compute(self, job: _Job) -> Plan:
+    def _compute(self, job: PlanJob) -> Plan:
         planner = self.planner
         planner.model = job.model
         if job.reset:
@@ -243,13 +147,13 @@ class DeployLoop:
         self._computed = (job.tick, job.episode)
         return plan
 
-    def _job(self, k: int, command: np.ndarray, image: np.ndarray | None) -> _Job:
+    def _job(self, k: int, command: np.ndarray, image: np.ndarray | None) -> PlanJob:
         model = self.store.model
         image_t = None
         if image is not None and getattr(model.config, "image", None) is not None:
             image_t = torch.from_numpy(np.ascontiguousarray(image))[None]
         reset, self._needs_reset = self._needs_reset, False
-        return _Job(
+        return PlanJob(
             tick=k,
             episode=self._episode,
             model=model,
@@ -260,7 +164,7 @@ class DeployLoop:
             reset=reset,
         )
 
-    def _adopt(self, job: _Job, result: Plan | BaseException, seconds: float) -> None:
+    def _adopt(self, job: PlanJob, result: Plan | BaseException, seconds: float) -> None:
         self.stats.plan_seconds.append(seconds)
         if isinstance(result, BaseException):
             self.stats.errors += 1
@@ -500,7 +404,7 @@ class DeployLoop:
             self.planner.reset()
         self._needs_reset = True
         if self.realtime and self._thread is None:
-            self._thread = _PlanThread(self._compute, self.scheduling.planner(), self.scheduling_problems)
+            self._thread = PlanThread(self._compute, self.scheduling.planner(), self.scheduling_problems)
         freeze_heap()  # what exists now lives as long as the run: no full collection walks it mid-run
         self._t0, self._t0_ns = time.monotonic(), time.time_ns()
 
@@ -525,7 +429,7 @@ class DeployLoop:
         )
         if self.realtime:
             if self._thread is None:  # open() may have started it already
-                self._thread = _PlanThread(self._compute, self.scheduling.planner(), self.scheduling_problems)
+                self._thread = PlanThread(self._compute, self.scheduling.planner(), self.scheduling_problems)
             if hasattr(self.robot, "start"):
                 self.robot.start()
         self._t0, self._t0_ns = time.monotonic(), time.time_ns()

@@ -1,0 +1,44 @@
+"""What a deploy run counted: ticks, fresh / late / held / missed actions, errors, swaps, episodes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class LoopStats:
+    """What happened in a run. Every tick is exactly one of fresh, late or held."""
+
+    ticks: int = 0
+    fresh: int = 0  # executed the first action of a plan computed for this very tick
+    late: int = 0  # the plan missed its deadline: executed the next step of the last plan
+    held: int = 0  # sent the safe hold (no usable plan, stale state, an error, or the safety filter)
+    missed: int = 0  # control periods skipped because the loop itself overran (real time only)
+    stale: int = 0
+    errors: int = 0
+    swaps: int = 0
+    # real time: ticks whose own work took longer than a period (logged with their phases, see _slow_tick)
+    slow_ticks: int = 0
+    episodes: list[dict[str, Any]] = field(default_factory=list)  # robot-reported episode ends (metrics)
+    plan_seconds: list[float] = field(default_factory=list)
+    versions: list[str] = field(default_factory=list)  # the model version of every tick
+
+    def summary(self) -> dict[str, Any]:
+        times = np.asarray(self.plan_seconds) if self.plan_seconds else np.zeros(1)
+        return {
+            "ticks": self.ticks,
+            "fresh": self.fresh,
+            "late": self.late,
+            "held": self.held,
+            "missed": self.missed,
+            "stale": self.stale,
+            "errors": self.errors,
+            "swaps": self.swaps,
+            "slow_ticks": self.slow_ticks,
+            "episodes": len(self.episodes),
+            "plan_ms_p50": float(np.percentile(times, 50) * 1e3),
+            "plan_ms_p99": float(np.percentile(times, 99) * 1e3),
+        }
