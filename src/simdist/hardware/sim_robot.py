@@ -22,13 +22,15 @@ import numpy as np
 
 from simdist import robots
 from simdist.hardware.state import JointCommand, RobotState
+from simdist.sim.config import TaskConfig
 
 
 class SimRobot:
     """A simulated robot (the task's) for a task and dynamics profile.
 
     Args:
-        task, profile, seed, overrides: as for `simdist.sim.make_env` (one env member).
+        task, profile, seed, overrides: as for `simdist.sim.make_env` (one env member); `task` a name or the
+            command's TaskConfig.
         commands: optional task commands given to successive episodes in turn (e.g. the Go2's evaluation speeds);
             default: the env's own command of each episode.
         realtime: step the physics in a thread at the control rate (call `start()`), instead of in `send_action`.
@@ -36,7 +38,7 @@ class SimRobot:
 
     def __init__(
         self,
-        task: str,
+        task: str | TaskConfig,
         profile: str = "sim",
         *,
         seed: int = 0,

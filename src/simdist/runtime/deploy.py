@@ -28,7 +28,7 @@ from simdist.runtime.loop import DeployLoop
 from simdist.runtime.loop_stats import LoopStats
 from simdist.runtime.realtime import Scheduling, parse_cpus
 from simdist.runtime.store import ModelStore
-from simdist.sim.config import TaskConfig, load_task
+from simdist.sim.config import TaskConfig, load_task, task_config
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def make_robot(
         from simdist.hardware.sim_robot import SimRobot
 
         return SimRobot(
-            cfg.task, rest or "sim", seed=seed, overrides=overrides, commands=commands, realtime=realtime
+            cfg, rest or "sim", seed=seed, overrides=overrides, commands=commands, realtime=realtime
         )
     robot = robots.get(cfg.robot)
     if kind != cfg.robot:
@@ -84,7 +84,7 @@ def make_actuator(
 
 
 def run_deploy(
-    task: str,
+    task: str | TaskConfig,
     robot_spec: str,
     model: str | Path | ModelStore,
     *,
@@ -107,10 +107,12 @@ def run_deploy(
 ) -> DeployResult:
     """Deploy for `ticks` ticks or `seconds` of robot time; log into the next run_NN of `bag_dir` (if given).
 
+    `task` is a task name or the command's TaskConfig (then `overrides` are taken as applied to it already).
+
     `model` is a checkpoint folder or a running ModelStore (kept across runs, as `simdist adapt` does).
     `scheduling`: real-time priority, CPUs and memory locking of the control and planner threads (real time only).
     """
-    cfg = load_task(task, overrides)
+    cfg = task_config(task, overrides)
     hardware = not robot_spec.startswith("sim")
     realtime = realtime or hardware
     store = model if isinstance(model, ModelStore) else ModelStore(model)
@@ -280,7 +282,7 @@ def run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     overrides = parse_overrides(args.overrides)
-    load_task(args.task, overrides)  # an unknown task or key is its own one-line error, before the model's
+    cfg = load_task(args.task, overrides)  # an unknown task or key: its own one-line error, before the model's
     folder = resolve_model(args.task, args.model)
     console = Console(stderr=True)
     mode = "real time" if args.realtime or not args.robot.startswith("sim") else "lockstep"
@@ -293,7 +295,7 @@ def run(args: argparse.Namespace) -> int:
         f"deploying {args.task} on {args.robot} ({mode}) with {folder} for {args.minutes:g} min of robot time"
     )
     result = run_deploy(
-        args.task,
+        cfg,
         args.robot,
         folder,
         seconds=args.minutes * 60.0,

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from simdist import robots
-from simdist.sim.config import TaskConfig, load_task
+from simdist.sim.config import TaskConfig, load_task, task_config
 from simdist.sim.vec_env import SimVecEnv
 
 
@@ -22,7 +22,7 @@ def make_env(
     threads: int = 1,
 ) -> SimVecEnv:
     """Build the vector env of a task under a dynamics profile (or the pretraining randomisation)."""
-    cfg = task if isinstance(task, TaskConfig) else load_task(task, overrides)
+    cfg = task_config(task, overrides)
     cfg.profile(profile)  # unknown profile: one clear error before any MuJoCo work
     cls = robots.get(cfg.robot).env_class()
     return cls(

@@ -142,6 +142,12 @@ def task_files() -> dict[str, Path]:
     return dict(sorted(files.items()))
 
 
+def task_config(task: str | TaskConfig, overrides: Mapping[str, Any] | None = None) -> TaskConfig:
+    """`task` itself when it is a TaskConfig already (loaded once by the command, its overrides applied: the
+    `overrides` given beside it are not applied again), else `load_task(task, overrides)`."""
+    return task if isinstance(task, TaskConfig) else load_task(task, overrides)
+
+
 def load_task(task: str, overrides: Mapping[str, Any] | None = None) -> TaskConfig:
     """Load config/tasks/<task>.yaml (or a registered robot's own task, `RobotDescription.tasks_dir`) with `--set`
     overrides into a validated TaskConfig."""
