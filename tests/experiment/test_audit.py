@@ -21,13 +21,22 @@ def test_spearman_ranks_not_values() -> None:
     assert np.isnan(audit.spearman(a[:2], a[:2]))
 
 
-def test_true_rewards_step_copies_and_leave_the_env_alone() -> None:
-    env = make_env("go2_foam", "foam", num_envs=1, seed=3)
-    twin = make_env("go2_foam", "foam", num_envs=1, seed=3)
+@pytest.mark.parametrize(
+    ("task", "profile", "native"),
+    [("go2_foam", "foam", "1"), ("ur5e_peg", "real", "1"), ("ur5e_peg", "real", "0")],
+    ids=["go2", "ur5e-native-servo", "ur5e-numpy-servo"],
+)
+def test_true_rewards_step_copies_and_leave_the_env_alone(
+    task: str, profile: str, native: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SIMDIST_NATIVE", native)  # the UR5e's servo in C (its library is not copied) or numpy
+    env = make_env(task, profile, num_envs=1, seed=3)
+    twin = make_env(task, profile, num_envs=1, seed=3)
     env.reset(seed=3)
     twin.reset(seed=3)
     rng = np.random.default_rng(0)
     chunks = rng.normal(0, 0.5, (3, 6, env.action_dim)).astype(np.float32)
+    chunks[:, :, 2] -= 1.0 if task == "ur5e_peg" else 0.0  # down onto the hole's surroundings: contact
     chunks[2] = chunks[0]
     first = audit.true_rewards(env, chunks, 0.99)
     assert first[0] == first[2]  # the same chunk from the same state: the same true reward

@@ -282,7 +282,9 @@ def run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     overrides = parse_overrides(args.overrides)
-    cfg = load_task(args.task, overrides)  # an unknown task or key: its own one-line error, before the model's
+    cfg = load_task(
+        args.task, overrides
+    )  # an unknown task or key: its own one-line error, before the model's
     folder = resolve_model(args.task, args.model)
     console = Console(stderr=True)
     mode = "real time" if args.realtime or not args.robot.startswith("sim") else "lockstep"

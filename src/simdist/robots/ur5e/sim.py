@@ -179,6 +179,19 @@ class PegEnv(SimVecEnv):
         self._ik_damping_eye = self.cfg.peg.ik_damping**2 * np.eye(6)
         return model
 
+    def __getstate__(self) -> dict:
+        """A copy (the planner audit's `copy.deepcopy`) leaves the C library and the addresses of this env's
+        members behind: the copy has members of its own, so it takes the library again and its own addresses."""
+        state = self.__dict__.copy()
+        state.update(_servo=None, _pointers=None, _batch=None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._servo = _native_servo()
+        if self._servo is None:
+            self._batch = Batch(self.base_model, self.num_envs, nthread=self._threads, persistent=True)
+
     def apply_params(self, i: int) -> None:
         m, p = self.models[i], {k: v[i] for k, v in self.params.items()}
         m.geom_friction[self._peg_geom, 0] = p["friction"]
