@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from simdist import atomic
 from simdist.cli import add_overrides_argument
 from simdist.errors import ConfigError
 
@@ -87,7 +88,7 @@ def measure(
             if all(f"{version_label(version)} {name}" in result["cells"] for name, _ in settings):
                 continue  # measured in an earlier run: no copy, no model load
             folder = Path(scratch) / version_label(version)
-            shutil.copytree(model, folder, ignore=shutil.ignore_patterns("reports", ".*.tmp"))
+            shutil.copytree(model, folder, ignore=shutil.ignore_patterns("reports", atomic.TMP_PATTERN))
             rollback(folder, version)  # a copy pointed at this version: the model folder is never touched
             store = ModelStore(folder)
             for name, changes in settings:

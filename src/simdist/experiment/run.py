@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from simdist import atomic
 from simdist.cli import add_overrides_argument
 from simdist.errors import ConfigError
 from simdist.experiment.config import (
@@ -139,7 +140,7 @@ class _Run:
 
 
 def _copy_model(source: Path, dest: Path) -> Path:
-    ignore = shutil.ignore_patterns("reports", "tb", "eval", ".*.tmp", "optimizer.safetensors")
+    ignore = shutil.ignore_patterns("reports", "tb", "eval", atomic.TMP_PATTERN, "optimizer.safetensors")
     return Path(shutil.copytree(source, dest, ignore=ignore))
 
 

@@ -10,7 +10,6 @@ so the shipped checkpoint is never modified.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import threading
 from collections.abc import Callable, Mapping
@@ -158,7 +157,7 @@ def adapt(
     options = options or FinetuneOptions()
     out.mkdir(parents=True, exist_ok=False)
     work = out / "model"
-    shutil.copytree(model, work, ignore=shutil.ignore_patterns("reports", ".*.tmp"))
+    shutil.copytree(model, work, ignore=shutil.ignore_patterns("reports", atomic.TMP_PATTERN))
     store = ModelStore(work)
     title = f"{task} on sim:{profile}"
     evaluate = dict(
@@ -199,7 +198,7 @@ def adapt(
         )
         if print_table is not None:
             print_table(_table(rows, title))
-    (out / "adapt.json").write_text(json.dumps([r.__dict__ for r in rows], indent=1))
+    atomic.write_json(out / "adapt.json", [r.__dict__ for r in rows], indent=1)
     _plot(rows, out / "adapt.png", title)
     return rows
 

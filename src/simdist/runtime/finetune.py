@@ -647,7 +647,7 @@ def working_copy(model: Path, out: Path | None) -> Path:
         )
     read_description(model)  # a clear error for a folder that is no model, before copying anything
     out.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(model, out, ignore=shutil.ignore_patterns("reports", ".*.tmp*"))
+    shutil.copytree(model, out, ignore=shutil.ignore_patterns("reports", atomic.TMP_PATTERN))
     return out
 
 
