@@ -31,8 +31,10 @@ def parse_setting(text: str) -> tuple[str, dict[str, Any]]:
 
 
 def _versions(text: str) -> list[int]:
+    from simdist.model.checkpoint import parse_version
+
     try:
-        versions = [int(v.strip().lstrip("v")) for v in text.split(",") if v.strip()]
+        versions = [parse_version(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise ConfigError(f"--versions must be version numbers separated by commas, got '{text}'") from None
     if not versions:
