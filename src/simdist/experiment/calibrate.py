@@ -65,9 +65,9 @@ def measure(
     log: Any = print,
 ) -> dict[str, Any]:
     """Zero-shot planner and expert on `sim` and on `profile` with `param` at each value (see the module doc)."""
-    from simdist.experiment.run import episode_stats, protocol
+    from simdist.experiment.run import episode_stats
     from simdist.experts.evaluate import evaluate
-    from simdist.runtime.adapt import evaluate_on_robot
+    from simdist.runtime.adapt import evaluate_on_robot, evaluation_protocol
     from simdist.runtime.store import ModelStore
 
     base = dict(overrides or {})
@@ -76,7 +76,8 @@ def measure(
         raise ConfigError(f"unknown profile '{profile}' for {task}; choose from: {', '.join(cfg.profiles)}")
     key = f"profiles.{profile}.{param}"
     load_task(task, {**base, key: values[0]})  # an unknown parameter is refused here, before any evaluation
-    count, metric, metric_key, description = protocol(cfg, episodes)
+    evaluation = evaluation_protocol(cfg, episodes)
+    metric, metric_key, description = evaluation.metric, evaluation.metric_key, evaluation.description
     policy = _expert_policy(cfg, expert)
     store = ModelStore(model)
 
@@ -125,7 +126,7 @@ def measure(
         "parameter": param,
         "metric": metric,
         "protocol": description,
-        "episodes": count,
+        "episodes": evaluation.count,
         "seed": seed,
         "planner": planner,
         "model": str(model),

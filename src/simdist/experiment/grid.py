@@ -63,11 +63,11 @@ def measure(
     true reward set beside the model's prediction (`simdist.experiment.audit`); the cell gets an "audit" summary.
     """
     from simdist.experiment.audit import auditing, summarise
-    from simdist.experiment.run import episode_stats, protocol
+    from simdist.experiment.run import episode_stats
     from simdist.experts.policy import atomic_json
     from simdist.model.checkpoint import list_versions, rollback, version_label
     from simdist.plan.config import load_planner_config
-    from simdist.runtime.adapt import evaluate_on_robot
+    from simdist.runtime.adapt import evaluate_on_robot, evaluation_protocol
     from simdist.runtime.store import ModelStore
     from simdist.sim.config import load_task
 
@@ -84,7 +84,7 @@ def measure(
         import json
 
         result["cells"] = json.loads(path.read_text()).get("cells", {})
-    _, _, metric_key, _ = protocol(cfg, episodes)
+    metric_key = evaluation_protocol(cfg, episodes).metric_key
     with tempfile.TemporaryDirectory() as scratch:
         for version in versions:
             if all(f"{version_label(version)} {name}" in result["cells"] for name, _ in settings):

@@ -38,6 +38,7 @@ from simdist.experiment.config import (
     rl_geometry,
 )
 from simdist.experiment.report import ExperimentResult, PointResult, latent_by_horizon_plot, write_outputs
+from simdist.runtime.adapt import evaluation_protocol
 from simdist.sim.config import TaskConfig, load_task
 
 EVAL_SEED = 10_000  # + seed: the same evaluation episodes for every method of a seed
@@ -45,21 +46,8 @@ HELDOUT_SEED = 20_000
 PROBE_SEED = 30_000
 
 
-def protocol(cfg: TaskConfig, eval_episodes: int | None) -> tuple[int, str, str, str]:
-    """(episodes, metric name, episode-metric key, description) of the task's evaluation."""
-    if cfg.robot == "go2":
-        per = eval_episodes or 5
-        speeds = cfg.command.eval_speeds or [0.5]
-        description = (
-            f"{len(speeds)} commanded speeds ({', '.join(f'{s:g}' for s in speeds)} m/s) x {per} episodes"
-        )
-        return per * len(speeds), "forward progress (m)", "progress_m", description
-    count = eval_episodes or 20
-    return count, "success rate", "success", f"{count} episodes"
-
-
 def episode_stats(ended: list[dict[str, Any]], metric_key: str) -> dict[str, Any]:
-    """Mean, standard error, falls and per-episode values of evaluated episodes (`protocol`'s metric key)."""
+    """Mean, standard error, falls and per-episode values of evaluated episodes (the protocol's metric key)."""
     per = [float(e["metrics"][metric_key]) for e in ended]
     return {
         "value": float(np.mean(per)) if per else float("nan"),
@@ -116,7 +104,7 @@ class _Run:
         from simdist.runtime.adapt import evaluate_on_robot
         from simdist.runtime.store import ModelStore
 
-        key = protocol(self.cfg, self.ecfg.eval_episodes)[2]
+        key = evaluation_protocol(self.cfg, self.ecfg.eval_episodes).metric_key
         _, value, ended = evaluate_on_robot(
             self.task,
             self.profile,
@@ -225,7 +213,8 @@ def _rl_method(run: _Run, seed: int) -> None:
     steps = increments(result.budget)
     num_envs, steps_per_env = rl_geometry(steps, preset.num_envs, preset.steps_per_env)
     result.settings["rl_geometry"] = f"{num_envs} x {steps_per_env}"
-    count, _, key, _ = protocol(run.cfg, ecfg.eval_episodes)
+    evaluation = evaluation_protocol(run.cfg, ecfg.eval_episodes)
+    count, key = evaluation.count, evaluation.metric_key
     folder = run.out / f"seed_{seed}" / "rl_finetune"
     folder.mkdir(parents=True, exist_ok=True)
     with run.timed("rl_finetune", "train"):
@@ -378,7 +367,8 @@ def run_experiment(
     overrides = dict(overrides or {})
     cfg = load_task(task, overrides)
     cfg.profile(profile)
-    _, metric, _, description = protocol(cfg, ecfg.eval_episodes)
+    evaluation = evaluation_protocol(cfg, ecfg.eval_episodes)
+    metric, description = evaluation.metric, evaluation.description
     if ecfg.threads > 0:
         torch.set_num_threads(ecfg.threads)
     out.mkdir(parents=True, exist_ok=False)

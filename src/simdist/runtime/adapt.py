@@ -26,7 +26,7 @@ from simdist.runtime.deploy import DeployLoop, resolve_model, run_deploy
 from simdist.runtime.finetune import FinetuneOptions
 from simdist.runtime.store import ModelStore
 from simdist.runtime.worker import FinetuneWorker
-from simdist.sim.config import load_task
+from simdist.sim.config import TaskConfig, load_task
 
 
 @dataclass
@@ -38,6 +38,33 @@ class RoundResult:
     latent_error: float | None  # held-out latent MSE after this round's finetuning
     version: str
     published: bool | None
+
+
+@dataclass(frozen=True)
+class EvaluationProtocol:
+    """How a task is evaluated: the commands, the number of episodes and the metric (one definition for `simdist
+    adapt`, the experiment, plan-grid and calibrate)."""
+
+    commands: list[list[float]] | None  # one task command per episode, in order; None: the task's own
+    count: int  # episodes
+    metric: str  # the metric's name in tables and plots
+    metric_key: str  # its key in an ended episode's "metrics"
+    description: str
+
+
+def evaluation_protocol(cfg: TaskConfig, episodes: int | None = None) -> EvaluationProtocol:
+    """The Go2: each of the task's evaluation speeds (default 0.5 m/s) x `episodes` (default 5), forward progress;
+    the peg: `episodes` (default 20), success rate."""
+    if cfg.robot == "go2":
+        per = episodes or 5
+        speeds = cfg.command.eval_speeds or [0.5]
+        commands = [[s, 0.0, 0.0] for s in speeds for _ in range(per)]
+        description = (
+            f"{len(speeds)} commanded speeds ({', '.join(f'{s:g}' for s in speeds)} m/s) x {per} episodes"
+        )
+        return EvaluationProtocol(commands, len(commands), "forward progress (m)", "progress_m", description)
+    count = episodes or 20
+    return EvaluationProtocol(None, count, "success rate", "success", f"{count} episodes")
 
 
 def evaluate_on_robot(
@@ -52,22 +79,16 @@ def evaluate_on_robot(
     seed: int = 10_000,
     on_start: Callable[[DeployLoop], None] | None = None,
 ) -> tuple[str, float, list[dict[str, Any]]]:
-    """(metric name, value, per-episode results): Go2 forward progress over speeds x episodes, or peg success.
+    """(metric name, value, per-episode results) of the task's `evaluation_protocol`.
 
     `on_start(loop)` is called once, after the first tick (a diagnostic attaches itself there: `plan-grid --audit`).
     """
     from simdist.hardware.sim_robot import SimRobot
 
     cfg = load_task(task, overrides)
-    commands = None
-    if cfg.robot == "go2":
-        per = episodes or 5
-        speeds = cfg.command.eval_speeds or [0.5]
-        commands = [[s, 0.0, 0.0] for s in speeds for _ in range(per)]
-        count, metric = len(commands), "forward progress (m)"
-    else:
-        count, metric = episodes or 20, "success rate"
-    robot = SimRobot(task, profile, seed=seed, overrides=overrides, commands=commands)
+    protocol = evaluation_protocol(cfg, episodes)
+    count = protocol.count
+    robot = SimRobot(task, profile, seed=seed, overrides=overrides, commands=protocol.commands)
     stop = threading.Event()
 
     def enough(k: int, loop: DeployLoop) -> None:
@@ -90,9 +111,8 @@ def evaluate_on_robot(
         seed=seed,
     )
     ended = result.stats.episodes[:count]
-    key = "progress_m" if cfg.robot == "go2" else "success"
-    values = [float(e["metrics"][key]) for e in ended]
-    return metric, float(np.mean(values)) if values else float("nan"), ended
+    values = [float(e["metrics"][protocol.metric_key]) for e in ended]
+    return protocol.metric, float(np.mean(values)) if values else float("nan"), ended
 
 
 def _table(rows: list[RoundResult], title: str) -> Any:
