@@ -37,9 +37,10 @@ from simdist.experiment.config import (
     parse_points,
     rl_geometry,
 )
-from simdist.experiment.report import ExperimentResult, PointResult, latent_by_horizon_plot, write_outputs
+from simdist.experiment.report import ExperimentResult, PointResult, write_outputs
 from simdist.runtime.adapt import evaluation_protocol
 from simdist.sim.config import TaskConfig, load_task
+from simdist.train.evaluate import latent_by_horizon_plot
 
 EVAL_SEED = 10_000  # + seed: the same evaluation episodes for every method of a seed
 HELDOUT_SEED = 20_000
@@ -303,7 +304,10 @@ def _prediction_view(run: _Run, base: Path) -> None:
     latent_by_horizon_plot(
         curves,
         run.out / "latent_error_by_horizon.png",
-        f"held-out latent error by horizon, seed {run.result.seeds[0]}",
+        title=f"held-out latent error by horizon, seed {run.result.seeds[0]}",
+        log_scale=True,
+        figsize=(7, 4.5),
+        legend_fontsize=7,
     )
     view: dict[str, Any] = {
         "heldout": (

@@ -45,6 +45,7 @@ from simdist.model.checkpoint import (
     version_label,
 )
 from simdist.model.world_model import Context, WorldModel
+from simdist.train.evaluate import heldout_latent_error, latent_by_horizon_plot
 from simdist.train.schedule import learning_rate
 
 REPORTS_DIR = "reports"
@@ -283,20 +284,6 @@ def masked_mean(errors: torch.Tensor, batch: WindowBatch) -> torch.Tensor:
     return (errors * mask).sum() / mask.sum().clamp_min(1.0)
 
 
-@torch.no_grad()
-def heldout_latent_error(
-    model: WorldModel, sampler: WindowSampler, *, limit: int, batch_size: int = 256
-) -> np.ndarray:
-    """Held-out latent MSE per horizon step k = 1..T (mean over real future steps)."""
-    sums = np.zeros(sampler.horizon)
-    counts = np.zeros(sampler.horizon)
-    for batch in sampler.iterate(batch_size, limit):
-        mask = batch.future_mask.float()
-        sums += (latent_errors(model, batch) * mask).sum(0).numpy()
-        counts += mask.sum(0).numpy()
-    return sums / np.maximum(counts, 1.0)
-
-
 class FullFinetuneLoss:
     """The full-finetuning baseline's loss: latent consistency against an EMA target encoder, plus the starting
     model's reward, value and policy outputs on the same windows as anchors (so that what the heads read from the
@@ -531,11 +518,6 @@ def _sim_sampler(options: FinetuneOptions, model: WorldModel) -> WindowSampler |
 
 def write_report(report: FinetuneReport, out_dir: Path) -> None:
     """finetune_vNNNN.json/.png (or finetune_refused_NNN when refused) in `out_dir`, each written atomically."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     out_dir.mkdir(parents=True, exist_ok=True)
     if report.version is not None:
         stem = f"finetune_{version_label(report.version)}"
@@ -543,24 +525,16 @@ def write_report(report: FinetuneReport, out_dir: Path) -> None:
         stem = f"finetune_refused_{len(list(out_dir.glob('finetune_refused_*.json'))):03d}"
     json_path, png_path = out_dir / f"{stem}.json", out_dir / f"{stem}.png"
     report.report_json, report.report_png = str(json_path), str(png_path)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    steps = np.arange(1, len(report.latent_before) + 1)
-    ax.plot(
-        steps,
-        report.latent_before,
-        marker="o",
-        markersize=3,
-        label=f"{version_label(report.base_version)} (before)",
-    )
     after_label = version_label(report.version) if report.version is not None else "finetuned (refused)"
-    ax.plot(steps, report.latent_after, marker="o", markersize=3, label=f"{after_label} (after)")
-    ax.set_xlabel("prediction step k (z_hat(t+k))")
-    ax.set_ylabel("held-out latent MSE (real data)")
-    ax.set_title(f"dynamics finetuning on {report.minutes_of_data:.1f} min of data")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    atomic.write_figure(fig, png_path)
+    latent_by_horizon_plot(
+        {
+            f"{version_label(report.base_version)} (before)": report.latent_before,
+            f"{after_label} (after)": report.latent_after,
+        },
+        png_path,
+        title=f"dynamics finetuning on {report.minutes_of_data:.1f} min of data",
+        ylabel="held-out latent MSE (real data)",
+    )
     atomic.write_json(json_path, report.to_dict())
 
 
