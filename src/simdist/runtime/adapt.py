@@ -23,7 +23,7 @@ from simdist import atomic
 from simdist.cli import add_overrides_argument
 from simdist.errors import ConfigError
 from simdist.runtime.deploy import DeployLoop, resolve_model, run_deploy
-from simdist.runtime.finetune import FinetuneOptions
+from simdist.runtime.finetune import FinetuneOptions, add_option_arguments, options_from_args
 from simdist.runtime.store import ModelStore
 from simdist.runtime.worker import FinetuneWorker
 from simdist.sim.config import TaskConfig, load_task
@@ -223,6 +223,9 @@ def adapt(
     return rows
 
 
+ADAPT_OPTIONS = ("max_steps", "max_minutes", "lr", "eval_every", "warmup_steps", "val_fraction", "seed")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", required=True, help="task name (config/tasks/<task>.yaml)")
     parser.add_argument("--profile", required=True, help="the robot: sim:<profile> (e.g. ptfe, foam, real)")
@@ -242,18 +245,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="episodes per commanded speed (Go2, default 5) or in all (peg, default 20)",
     )
-    parser.add_argument("--max-steps", type=int, default=None, help="finetuning steps per round at most")
-    parser.add_argument(
-        "--max-minutes",
-        type=float,
-        default=FinetuneOptions.max_minutes,
-        help="finetuning wall-clock budget per round (0: none)",
-    )
-    parser.add_argument("--lr", type=float, default=FinetuneOptions.lr)
-    parser.add_argument("--eval-every", type=int, default=FinetuneOptions.eval_every)
-    parser.add_argument("--warmup-steps", type=int, default=FinetuneOptions.warmup_steps)
-    parser.add_argument("--val-fraction", type=float, default=FinetuneOptions.val_fraction)
-    parser.add_argument("--seed", type=int, default=0)
+    add_option_arguments(parser, ADAPT_OPTIONS)  # each round's finetuning; --seed seeds the deploy runs too
     add_overrides_argument(parser)
 
 
@@ -270,15 +262,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"--out {out} already exists: choose a new folder (the run writes a copy of the model there)"
         )
-    options = FinetuneOptions(
-        max_steps=args.max_steps,
-        max_minutes=args.max_minutes or None,
-        lr=args.lr,
-        eval_every=args.eval_every,
-        warmup_steps=args.warmup_steps,
-        val_fraction=args.val_fraction,
-        seed=args.seed,
-    )
+    options = options_from_args(args, ADAPT_OPTIONS)
     console = Console()
     rows = adapt(
         args.task,
