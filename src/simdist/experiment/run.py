@@ -414,6 +414,8 @@ def run_experiment(
                 f"the {task} expert is {manifest['kind']} with no actor network: there is no policy for PPO to "
                 "resume (an expert trained before actors were distilled; train it again)"
             )
+    from simdist.model.checkpoint import version_label
+
     for seed in seeds:
         root = out / f"seed_{seed}"
         zero = None
@@ -426,7 +428,15 @@ def run_experiment(
                 for minutes in result.points:
                     result.rows.append(
                         PointResult(
-                            "zero_shot", seed, minutes, 0, metric, zero[0], zero[1], latent, version="v0000"
+                            "zero_shot",
+                            seed,
+                            minutes,
+                            0,
+                            metric,
+                            zero[0],
+                            zero[1],
+                            latent,
+                            version=version_label(0),
                         )
                     )
             run.log(f"seed {seed}, zero_shot: {zero[0]:.3f}")
