@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+# What a temporary file of `atomic_path` is named like (".NAME.tmp.SUFFIX", or ".NAME-RANDOM.tmp.SUFFIX"): a copy
+# of a folder leaves these out, a writer's clean-up removes them.
+TMP_PATTERN = ".*.tmp*"
 
 
 def fsync_dir(folder: str | Path) -> None:
@@ -25,11 +30,24 @@ def fsync_dir(folder: str | Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
+def atomic_path(path: str | Path, *, unique: bool = False) -> Iterator[Path]:
     """Yields a temporary path next to `path`; when the block succeeds the file there is fsynced and moved onto
-    `path` (then the folder fsynced), when it fails the temporary file is removed and `path` is untouched."""
+    `path` (then the folder fsynced), when it fails the temporary file is removed and `path` is untouched.
+
+    `unique`: a fresh temporary name (an empty file already made there) rather than the fixed one, for a target that
+    several processes may write at once (each then renames a whole file of its own; the last one wins).
+    """
     target = Path(path)
-    tmp = target.with_name(f".{target.stem}.tmp{target.suffix}")  # the suffix stays: writers infer the format
+    if unique:
+        fd, name = tempfile.mkstemp(
+            dir=target.parent, prefix=f".{target.stem}-", suffix=f".tmp{target.suffix}"
+        )
+        os.close(fd)
+        tmp = Path(name)
+    else:
+        tmp = target.with_name(
+            f".{target.stem}.tmp{target.suffix}"
+        )  # the suffix stays: writers infer the format
     try:
         yield tmp
         with open(tmp, "rb+") as fh:

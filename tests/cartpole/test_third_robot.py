@@ -121,3 +121,13 @@ def test_another_process_finds_the_robot_through_simdist_robots() -> None:
         done.returncode != 0
         and "SIMDIST_ROBOTS: cannot import robot module 'no_such_robot_module'" in done.stderr
     )
+
+
+def test_adapt_evaluates_it_on_its_own_protocol(model: Path) -> None:
+    from simdist.runtime.adapt import evaluate_on_robot
+
+    metric, value, ended = evaluate_on_robot(
+        load_task(TASK), "heavy", ModelStore(model), planner_overrides=FAST_PLANNER, episodes=2
+    )
+    assert metric == "time balanced (s)" and len(ended) == 2
+    assert value == np.mean([e["metrics"]["balanced_s"] for e in ended]) and 0.0 < value <= 3.0

@@ -12,6 +12,7 @@ from fast_planner import FAST_PLANNER
 from simdist.errors import BagError
 from simdist.model.checkpoint import current_version
 from simdist.runtime.deploy import run_deploy
+from simdist.runtime.finetune import FinetuneOptions
 from simdist.runtime.store import ModelStore
 from simdist_finetune import finetune_dynamics as cli
 
@@ -38,6 +39,15 @@ def test_strip_ros_args_without_rclpy(monkeypatch: pytest.MonkeyPatch) -> None:
     ]
     assert cli.strip_ros_args(argv) == ["--bag", "run_03", "--wait", "0"]
     assert cli.strip_ros_args(["--bag", "3"]) == ["--bag", "3"]
+
+
+def test_options_default_as_simdist_finetune() -> None:
+    args = cli.build_parser().parse_args(["--bag", "run_03"])
+    assert cli.options_from_args(args, cli.OPTIONS) == FinetuneOptions()
+    args = cli.build_parser().parse_args(
+        ["--bag", "3", "--max-minutes", "0", "--threads", "1", "--seed", "2"]
+    )
+    assert cli.options_from_args(args, cli.OPTIONS) == FinetuneOptions(max_minutes=None, threads=1, seed=2)
 
 
 def test_resolve_bag(tmp_path: Path) -> None:

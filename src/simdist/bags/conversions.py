@@ -1,12 +1,19 @@
-"""numpy <-> standard ROS 2 message dataclasses of the rosbags typestore: the only module that knows message fields.
+"""numpy <-> standard ROS 2 messages: the only module that knows message fields, for the bags and the ROS nodes.
+
+Every conversion takes a message source: a rosbags `Typestore` (the bag writer: the typestore's dataclasses, numeric
+sequences as numpy arrays), or a `MessageFactory` (a full type name such as "sensor_msgs/msg/JointState" -> its
+class: the nodes' rclpy classes, whose setters take unbounded numeric sequences as `array.array`). Readers only use
+attribute access, so they read either kind.
 
 Quaternions on the numpy side are (w, x, y, z) as in `RobotState`; ROS messages store (x, y, z, w).
 """
 
 from __future__ import annotations
 
+import array
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -22,6 +29,9 @@ DISTROS: dict[str, Stores] = {"humble": Stores.ROS2_HUMBLE, "jazzy": Stores.ROS2
 BASE_FRAME = "base"
 CAMERA_FRAME = "camera"
 
+MessageFactory = Callable[[str], Any]
+TWIST_TYPE = "geometry_msgs/msg/TwistStamped"  # a live-only topic's type (the UR5e's tool twist)
+
 
 @functools.cache
 def typestore_for(distro: str) -> Typestore:
@@ -31,47 +41,77 @@ def typestore_for(distro: str) -> Typestore:
     return get_typestore(DISTROS[distro])
 
 
-def _cls(ts: Typestore, msgtype: str) -> Any:
-    return ts.types[msgtype]
+_DTYPES = {"d": np.float64, "f": np.float32, "B": np.uint8}
 
 
-def ns_to_stamp(ts: Typestore, stamp_ns: int) -> Any:
+@dataclass(frozen=True)
+class _Kit:
+    """How one message library is built: its classes by full type name, and an unbounded numeric sequence."""
+
+    cls: MessageFactory
+    sequence: Callable[[Any, str], Any]  # (values, array typecode "d" | "f" | "B") -> the field's value
+
+
+def _numpy_sequence(values: Any, typecode: str) -> np.ndarray:
+    return np.array(values, dtype=_DTYPES[typecode]).reshape(-1)  # a copy: the message owns its data
+
+
+def _array_sequence(values: Any, typecode: str) -> array.array:
+    return array.array(typecode, np.ascontiguousarray(values, dtype=_DTYPES[typecode]).reshape(-1).tobytes())
+
+
+def _kit(source: Typestore | MessageFactory) -> _Kit:
+    if isinstance(source, Typestore):
+        return _Kit(source.types.__getitem__, _numpy_sequence)
+    return _Kit(source, _array_sequence)
+
+
+# -- building blocks ------------------------------------------------------------------------------------------------
+
+
+def ns_to_stamp(source: Typestore | MessageFactory, stamp_ns: int) -> Any:
     sec, nanosec = divmod(int(stamp_ns), 1_000_000_000)
-    return _cls(ts, "builtin_interfaces/msg/Time")(sec=sec, nanosec=nanosec)
+    return _kit(source).cls("builtin_interfaces/msg/Time")(sec=sec, nanosec=nanosec)
 
 
 def stamp_to_ns(stamp: Any) -> int:
     return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
 
 
-def header(ts: Typestore, stamp_ns: int, frame_id: str) -> Any:
-    return _cls(ts, "std_msgs/msg/Header")(stamp=ns_to_stamp(ts, stamp_ns), frame_id=frame_id)
+def header(source: Typestore | MessageFactory, stamp_ns: int, frame_id: str = BASE_FRAME) -> Any:
+    return _kit(source).cls("std_msgs/msg/Header")(stamp=ns_to_stamp(source, stamp_ns), frame_id=frame_id)
 
 
-def _quat_msg(ts: Typestore, wxyz: np.ndarray) -> Any:
-    w, x, y, z = (float(v) for v in wxyz)
-    return _cls(ts, "geometry_msgs/msg/Quaternion")(x=x, y=y, z=z, w=w)
+def _quat_msg(k: _Kit, wxyz: Any) -> Any:
+    w, x, y, z = (float(v) for v in np.asarray(wxyz, dtype=np.float64).reshape(4))
+    return k.cls("geometry_msgs/msg/Quaternion")(x=x, y=y, z=z, w=w)
 
 
 def _quat_wxyz(msg: Any) -> np.ndarray:
     return np.array([msg.w, msg.x, msg.y, msg.z], dtype=np.float64)
 
 
-def _vec3_msg(ts: Typestore, xyz: np.ndarray, msgtype: str = "geometry_msgs/msg/Vector3") -> Any:
-    x, y, z = (float(v) for v in xyz)
-    return _cls(ts, msgtype)(x=x, y=y, z=z)
+def _vec3_msg(k: _Kit, xyz: Any, msgtype: str = "geometry_msgs/msg/Vector3") -> Any:
+    x, y, z = (float(v) for v in np.asarray(xyz, dtype=np.float64).reshape(3))
+    return k.cls(msgtype)(x=x, y=y, z=z)
 
 
 def _vec3(msg: Any) -> np.ndarray:
     return np.array([msg.x, msg.y, msg.z], dtype=np.float64)
 
 
-def vector_msg(ts: Typestore, values: np.ndarray | Sequence[float], label: str = "") -> Any:
+# -- vectors and text -------------------------------------------------------------------------------------------------
+
+
+def vector_msg(
+    source: Typestore | MessageFactory, values: np.ndarray | Sequence[float], label: str = ""
+) -> Any:
     """A flat float32 vector as std_msgs/Float32MultiArray with one labelled dimension."""
-    data = np.ascontiguousarray(np.asarray(values, dtype=np.float32).reshape(-1))
-    dim = _cls(ts, "std_msgs/msg/MultiArrayDimension")(label=label, size=data.size, stride=data.size)
-    layout = _cls(ts, "std_msgs/msg/MultiArrayLayout")(dim=[dim], data_offset=0)
-    return _cls(ts, schema.VECTOR_TYPE)(layout=layout, data=data)
+    k = _kit(source)
+    data = np.asarray(values, dtype=np.float32).reshape(-1)
+    dim = k.cls("std_msgs/msg/MultiArrayDimension")(label=label, size=int(data.size), stride=int(data.size))
+    layout = k.cls("std_msgs/msg/MultiArrayLayout")(dim=[dim], data_offset=0)
+    return k.cls(schema.VECTOR_TYPE)(layout=layout, data=k.sequence(data, "f"))
 
 
 def vector_from_msg(msg: Any) -> np.ndarray:
@@ -82,16 +122,19 @@ def vector_from_msg(msg: Any) -> np.ndarray:
     return data[offset : offset + size].copy()
 
 
-def string_msg(ts: Typestore, text: str) -> Any:
-    return _cls(ts, schema.EVENT_TYPE)(data=text)
+def string_msg(source: Typestore | MessageFactory, text: str) -> Any:
+    return _kit(source).cls(schema.EVENT_TYPE)(data=text)
 
 
 def text_from_msg(msg: Any) -> str:
     return str(msg.data)
 
 
+# -- robot state ------------------------------------------------------------------------------------------------------
+
+
 def joint_state_msg(
-    ts: Typestore,
+    source: Typestore | MessageFactory,
     stamp_ns: int,
     names: Sequence[str],
     positions: np.ndarray,
@@ -99,12 +142,13 @@ def joint_state_msg(
     efforts: np.ndarray | None = None,
 ) -> Any:
     """sensor_msgs/JointState; an unmeasured effort is an empty array, as the message definition allows."""
-    return _cls(ts, schema.JOINT_STATE_TYPE)(
-        header=header(ts, stamp_ns, BASE_FRAME),
-        name=list(names),
-        position=np.asarray(positions, dtype=np.float64).copy(),
-        velocity=np.asarray(velocities, dtype=np.float64).copy(),
-        effort=np.asarray(efforts if efforts is not None else [], dtype=np.float64).copy(),
+    k = _kit(source)
+    return k.cls(schema.JOINT_STATE_TYPE)(
+        header=header(source, stamp_ns, BASE_FRAME),
+        name=[str(n) for n in names],
+        position=k.sequence(positions, "d"),
+        velocity=k.sequence(velocities, "d"),
+        effort=k.sequence(efforts if efforts is not None else [], "d"),
     )
 
 
@@ -119,18 +163,18 @@ def joint_state_from_msg(msg: Any) -> dict[str, Any]:
 
 
 def imu_msg(
-    ts: Typestore, stamp_ns: int, quaternion_wxyz: np.ndarray, gyro: np.ndarray, accel: np.ndarray
+    source: Typestore | MessageFactory, stamp_ns: int, quaternion_wxyz: Any, gyro: Any, accel: Any
 ) -> Any:
     """sensor_msgs/Imu with zero covariances (ROS's "covariance unknown")."""
-    zeros = np.zeros(9, dtype=np.float64)
-    return _cls(ts, schema.IMU_TYPE)(
-        header=header(ts, stamp_ns, BASE_FRAME),
-        orientation=_quat_msg(ts, quaternion_wxyz),
-        orientation_covariance=zeros.copy(),
-        angular_velocity=_vec3_msg(ts, gyro),
-        angular_velocity_covariance=zeros.copy(),
-        linear_acceleration=_vec3_msg(ts, accel),
-        linear_acceleration_covariance=zeros.copy(),
+    k = _kit(source)
+    return k.cls(schema.IMU_TYPE)(
+        header=header(source, stamp_ns, BASE_FRAME),
+        orientation=_quat_msg(k, quaternion_wxyz),
+        orientation_covariance=np.zeros(9, dtype=np.float64),  # fixed-size arrays are numpy for both kinds
+        angular_velocity=_vec3_msg(k, gyro),
+        angular_velocity_covariance=np.zeros(9, dtype=np.float64),
+        linear_acceleration=_vec3_msg(k, accel),
+        linear_acceleration_covariance=np.zeros(9, dtype=np.float64),
     )
 
 
@@ -143,45 +187,60 @@ def imu_from_msg(msg: Any) -> dict[str, Any]:
     }
 
 
-def wrench_msg(ts: Typestore, stamp_ns: int, wrench: np.ndarray) -> Any:
+def wrench_msg(source: Typestore | MessageFactory, stamp_ns: int, wrench: Any) -> Any:
     """geometry_msgs/WrenchStamped from (fx, fy, fz, tx, ty, tz)."""
-    w = np.asarray(wrench, dtype=np.float64)
-    body = _cls(ts, "geometry_msgs/msg/Wrench")(force=_vec3_msg(ts, w[:3]), torque=_vec3_msg(ts, w[3:6]))
-    return _cls(ts, schema.WRENCH_TYPE)(header=header(ts, stamp_ns, BASE_FRAME), wrench=body)
+    k = _kit(source)
+    w = np.asarray(wrench, dtype=np.float64).reshape(6)
+    body = k.cls("geometry_msgs/msg/Wrench")(force=_vec3_msg(k, w[:3]), torque=_vec3_msg(k, w[3:]))
+    return k.cls(schema.WRENCH_TYPE)(header=header(source, stamp_ns, BASE_FRAME), wrench=body)
 
 
 def wrench_from_msg(msg: Any) -> np.ndarray:
     return np.concatenate([_vec3(msg.wrench.force), _vec3(msg.wrench.torque)])
 
 
-def pose_msg(ts: Typestore, stamp_ns: int, pose: np.ndarray) -> Any:
+def pose_msg(source: Typestore | MessageFactory, stamp_ns: int, pose: Any) -> Any:
     """geometry_msgs/PoseStamped from (x, y, z, qw, qx, qy, qz)."""
-    p = np.asarray(pose, dtype=np.float64)
-    body = _cls(ts, "geometry_msgs/msg/Pose")(
-        position=_vec3_msg(ts, p[:3], "geometry_msgs/msg/Point"), orientation=_quat_msg(ts, p[3:7])
+    k = _kit(source)
+    p = np.asarray(pose, dtype=np.float64).reshape(7)
+    body = k.cls("geometry_msgs/msg/Pose")(
+        position=_vec3_msg(k, p[:3], "geometry_msgs/msg/Point"), orientation=_quat_msg(k, p[3:])
     )
-    return _cls(ts, schema.POSE_TYPE)(header=header(ts, stamp_ns, BASE_FRAME), pose=body)
+    return k.cls(schema.POSE_TYPE)(header=header(source, stamp_ns, BASE_FRAME), pose=body)
 
 
 def pose_from_msg(msg: Any) -> np.ndarray:
     return np.concatenate([_vec3(msg.pose.position), _quat_wxyz(msg.pose.orientation)])
 
 
-def image_msg(ts: Typestore, stamp_ns: int, image: np.ndarray) -> Any:
+def twist_msg(source: Typestore | MessageFactory, stamp_ns: int, twist: Any) -> Any:
+    """geometry_msgs/TwistStamped from (vx, vy, vz, wx, wy, wz)."""
+    k = _kit(source)
+    t = np.asarray(twist, dtype=np.float64).reshape(6)
+    body = k.cls("geometry_msgs/msg/Twist")(linear=_vec3_msg(k, t[:3]), angular=_vec3_msg(k, t[3:]))
+    return k.cls(TWIST_TYPE)(header=header(source, stamp_ns, BASE_FRAME), twist=body)
+
+
+def twist_from_msg(msg: Any) -> np.ndarray:
+    return np.concatenate([_vec3(msg.twist.linear), _vec3(msg.twist.angular)])
+
+
+def image_msg(source: Typestore | MessageFactory, stamp_ns: int, image: np.ndarray) -> Any:
     """sensor_msgs/Image from uint8 (H, W) -> mono8 or (H, W, 3) -> rgb8."""
+    k = _kit(source)
     pixels = np.asarray(image)
     if pixels.dtype != np.uint8 or pixels.ndim not in (2, 3) or (pixels.ndim == 3 and pixels.shape[2] != 3):
         raise ValueError(f"image must be uint8 (H, W) or (H, W, 3), got {pixels.dtype} {pixels.shape}")
     height, width = pixels.shape[:2]
     channels = 1 if pixels.ndim == 2 else 3
-    return _cls(ts, schema.IMAGE_TYPE)(
-        header=header(ts, stamp_ns, CAMERA_FRAME),
-        height=height,
-        width=width,
+    return k.cls(schema.IMAGE_TYPE)(
+        header=header(source, stamp_ns, CAMERA_FRAME),
+        height=int(height),
+        width=int(width),
         encoding="mono8" if channels == 1 else "rgb8",
         is_bigendian=0,
-        step=width * channels,
-        data=np.ascontiguousarray(pixels).reshape(-1).copy(),
+        step=int(width * channels),
+        data=k.sequence(pixels, "B"),
     )
 
 

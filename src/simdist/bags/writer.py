@@ -31,6 +31,7 @@ from rosbags.interfaces import (
 from rosbags.rosbag2 import StoragePlugin, Writer, WriterError
 from ruamel.yaml import YAML
 
+from simdist import atomic
 from simdist.bags import conversions, schema
 from simdist.errors import BagError
 from simdist.hardware.state import RobotState
@@ -327,7 +328,5 @@ def _humble_metadata(metapath: Path) -> None:
         "relative_file_paths": info["relative_file_paths"],
         "files": info["files"],
     }
-    tmp = metapath.with_name(metapath.name + ".tmp")
-    with tmp.open("w") as stream:
+    with atomic.atomic_path(metapath) as tmp, tmp.open("w") as stream:
         yaml.dump({"rosbag2_bagfile_information": humble}, stream)
-    tmp.replace(metapath)

@@ -109,7 +109,7 @@ class ShardWriter:
                     f"{manifest_path}: dataset already exists (pass resume=True to continue it)"
                 )
             self._load_existing(manifest_path)
-        for stray in self.out.glob(".shard_*.tmp"):  # a crash mid-flush leaves only a temporary name
+        for stray in self.out.glob(".shard_*.tmp*"):  # a crash mid-flush leaves only a temporary name
             stray.unlink()
 
     def _load_existing(self, path: Path) -> None:

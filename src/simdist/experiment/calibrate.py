@@ -55,7 +55,7 @@ def measure(
     log: Any = print,
 ) -> dict[str, Any]:
     """Zero-shot planner and expert on `sim` and on `profile` with `param` at each value (see the module doc)."""
-    from simdist.experiment.run import episode_stats, protocol
+    from simdist.experiment.run import episode_stats
     from simdist.experts.evaluate import evaluate
     from simdist.runtime.adapt import evaluate_on_robot
     from simdist.runtime.store import ModelStore
@@ -66,7 +66,8 @@ def measure(
         raise ConfigError(f"unknown profile '{profile}' for {task}; choose from: {', '.join(cfg.profiles)}")
     key = f"profiles.{profile}.{param}"
     load_task(task, {**base, key: values[0]})  # an unknown parameter is refused here, before any evaluation
-    count, metric, metric_key, description = protocol(cfg, episodes)
+    evaluation = robots.get(cfg.robot).evaluation(cfg, episodes)
+    metric, metric_key, description = evaluation.metric, evaluation.metric_key, evaluation.description
     policy = _expert_policy(cfg, expert)
     store = ModelStore(model)
 
@@ -115,7 +116,7 @@ def measure(
         "parameter": param,
         "metric": metric,
         "protocol": description,
-        "episodes": count,
+        "episodes": evaluation.episodes,
         "seed": seed,
         "planner": planner,
         "model": str(model),

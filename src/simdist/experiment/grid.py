@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from simdist import atomic, robots
 from simdist.cli import add_overrides_argument
 from simdist.errors import ConfigError
 
@@ -30,8 +31,10 @@ def parse_setting(text: str) -> tuple[str, dict[str, Any]]:
 
 
 def _versions(text: str) -> list[int]:
+    from simdist.model.checkpoint import parse_version
+
     try:
-        versions = [int(v.strip().lstrip("v")) for v in text.split(",") if v.strip()]
+        versions = [parse_version(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise ConfigError(f"--versions must be version numbers separated by commas, got '{text}'") from None
     if not versions:
@@ -60,7 +63,7 @@ def measure(
     true reward set beside the model's prediction (`simdist.experiment.audit`); the cell gets an "audit" summary.
     """
     from simdist.experiment.audit import auditing, summarise
-    from simdist.experiment.run import episode_stats, protocol
+    from simdist.experiment.run import episode_stats
     from simdist.experts.policy import atomic_json
     from simdist.model.checkpoint import list_versions, rollback, version_label
     from simdist.plan.config import load_planner_config
@@ -81,13 +84,13 @@ def measure(
         import json
 
         result["cells"] = json.loads(path.read_text()).get("cells", {})
-    _, _, metric_key, _ = protocol(cfg, episodes)
+    metric_key = robots.get(cfg.robot).evaluation(cfg, episodes).metric_key
     with tempfile.TemporaryDirectory() as scratch:
         for version in versions:
             if all(f"{version_label(version)} {name}" in result["cells"] for name, _ in settings):
                 continue  # measured in an earlier run: no copy, no model load
             folder = Path(scratch) / version_label(version)
-            shutil.copytree(model, folder, ignore=shutil.ignore_patterns("reports", ".*.tmp"))
+            shutil.copytree(model, folder, ignore=shutil.ignore_patterns("reports", atomic.TMP_PATTERN))
             rollback(folder, version)  # a copy pointed at this version: the model folder is never touched
             store = ModelStore(folder)
             for name, changes in settings:
@@ -98,7 +101,7 @@ def measure(
                 discount = load_planner_config(planner, cfg.robot, planner_overrides).discount
                 auditor, on_start = auditing(audit_every, discount)
                 metric, value, ended = evaluate_on_robot(
-                    task,
+                    cfg,
                     profile,
                     store,
                     overrides=overrides,

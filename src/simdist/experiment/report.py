@@ -188,25 +188,6 @@ def latent_by_minutes_plot(result: ExperimentResult, path: Path) -> None:
     save_png(fig, path)
 
 
-def latent_by_horizon_plot(curves: dict[str, list[float]], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name, values in curves.items():
-        ax.plot(np.arange(1, len(values) + 1), values, marker="o", markersize=3, label=name)
-    ax.set_xlabel("prediction step k (z_hat(t+k))")
-    ax.set_ylabel("held-out latent MSE")
-    ax.set_yscale("log")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    save_png(fig, path)
-
-
 # -- markdown ------------------------------------------------------------------------------------------------------
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from simdist import atomic, robots
 from simdist.cli import add_overrides_argument
 from simdist.errors import ConfigError
 from simdist.experiment.config import (
@@ -36,29 +37,17 @@ from simdist.experiment.config import (
     parse_points,
     rl_geometry,
 )
-from simdist.experiment.report import ExperimentResult, PointResult, latent_by_horizon_plot, write_outputs
+from simdist.experiment.report import ExperimentResult, PointResult, write_outputs
 from simdist.sim.config import TaskConfig, load_task
+from simdist.train.evaluate import latent_by_horizon_plot
 
 EVAL_SEED = 10_000  # + seed: the same evaluation episodes for every method of a seed
 HELDOUT_SEED = 20_000
 PROBE_SEED = 30_000
 
 
-def protocol(cfg: TaskConfig, eval_episodes: int | None) -> tuple[int, str, str, str]:
-    """(episodes, metric name, episode-metric key, description) of the task's evaluation."""
-    if cfg.robot == "go2":
-        per = eval_episodes or 5
-        speeds = cfg.command.eval_speeds or [0.5]
-        description = (
-            f"{len(speeds)} commanded speeds ({', '.join(f'{s:g}' for s in speeds)} m/s) x {per} episodes"
-        )
-        return per * len(speeds), "forward progress (m)", "progress_m", description
-    count = eval_episodes or 20
-    return count, "success rate", "success", f"{count} episodes"
-
-
 def episode_stats(ended: list[dict[str, Any]], metric_key: str) -> dict[str, Any]:
-    """Mean, standard error, falls and per-episode values of evaluated episodes (`protocol`'s metric key)."""
+    """Mean, standard error, falls and per-episode values of evaluated episodes (the protocol's metric key)."""
     per = [float(e["metrics"][metric_key]) for e in ended]
     return {
         "value": float(np.mean(per)) if per else float("nan"),
@@ -115,9 +104,9 @@ class _Run:
         from simdist.runtime.adapt import evaluate_on_robot
         from simdist.runtime.store import ModelStore
 
-        key = protocol(self.cfg, self.ecfg.eval_episodes)[2]
+        key = robots.get(self.cfg.robot).evaluation(self.cfg, self.ecfg.eval_episodes).metric_key
         _, value, ended = evaluate_on_robot(
-            self.task,
+            self.cfg,
             self.profile,
             ModelStore(folder),
             overrides=self.overrides,
@@ -139,7 +128,7 @@ class _Run:
 
 
 def _copy_model(source: Path, dest: Path) -> Path:
-    ignore = shutil.ignore_patterns("reports", "tb", "eval", ".*.tmp", "optimizer.safetensors")
+    ignore = shutil.ignore_patterns("reports", "tb", "eval", atomic.TMP_PATTERN, "optimizer.safetensors")
     return Path(shutil.copytree(source, dest, ignore=ignore))
 
 
@@ -163,7 +152,7 @@ def _world_model_methods(
             run.log(f"seed {seed}, {lead.method}: collecting {increment} steps ({minutes:g} min in all)")
             with run.timed(lead.method, "collect"):
                 deployed = run_deploy(
-                    run.task,
+                    run.cfg,
                     f"sim:{run.profile}",
                     lead.folder,
                     ticks=increment,
@@ -224,7 +213,8 @@ def _rl_method(run: _Run, seed: int) -> None:
     steps = increments(result.budget)
     num_envs, steps_per_env = rl_geometry(steps, preset.num_envs, preset.steps_per_env)
     result.settings["rl_geometry"] = f"{num_envs} x {steps_per_env}"
-    count, _, key, _ = protocol(run.cfg, ecfg.eval_episodes)
+    evaluation = robots.get(run.cfg.robot).evaluation(run.cfg, ecfg.eval_episodes)
+    count, key = evaluation.episodes, evaluation.metric_key
     folder = run.out / f"seed_{seed}" / "rl_finetune"
     folder.mkdir(parents=True, exist_ok=True)
     with run.timed("rl_finetune", "train"):
@@ -313,7 +303,10 @@ def _prediction_view(run: _Run, base: Path) -> None:
     latent_by_horizon_plot(
         curves,
         run.out / "latent_error_by_horizon.png",
-        f"held-out latent error by horizon, seed {run.result.seeds[0]}",
+        title=f"held-out latent error by horizon, seed {run.result.seeds[0]}",
+        log_scale=True,
+        figsize=(7, 4.5),
+        legend_fontsize=7,
     )
     view: dict[str, Any] = {
         "heldout": (
@@ -377,7 +370,8 @@ def run_experiment(
     overrides = dict(overrides or {})
     cfg = load_task(task, overrides)
     cfg.profile(profile)
-    _, metric, _, description = protocol(cfg, ecfg.eval_episodes)
+    evaluation = robots.get(cfg.robot).evaluation(cfg, ecfg.eval_episodes)
+    metric, description = evaluation.metric, evaluation.description
     if ecfg.threads > 0:
         torch.set_num_threads(ecfg.threads)
     out.mkdir(parents=True, exist_ok=False)
@@ -419,6 +413,8 @@ def run_experiment(
                 f"the {task} expert is {manifest['kind']} with no actor network: there is no policy for PPO to "
                 "resume (an expert trained before actors were distilled; train it again)"
             )
+    from simdist.model.checkpoint import version_label
+
     for seed in seeds:
         root = out / f"seed_{seed}"
         zero = None
@@ -431,7 +427,15 @@ def run_experiment(
                 for minutes in result.points:
                     result.rows.append(
                         PointResult(
-                            "zero_shot", seed, minutes, 0, metric, zero[0], zero[1], latent, version="v0000"
+                            "zero_shot",
+                            seed,
+                            minutes,
+                            0,
+                            metric,
+                            zero[0],
+                            zero[1],
+                            latent,
+                            version=version_label(0),
                         )
                     )
             run.log(f"seed {seed}, zero_shot: {zero[0]:.3f}")

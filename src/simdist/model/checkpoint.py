@@ -194,6 +194,14 @@ def version_label(version: int) -> str:
     return f"v{version:04d}"
 
 
+def parse_version(text: str) -> int:
+    """The version a label names: `v0003` (as `version_label` writes it) or a bare `3`; ValueError otherwise."""
+    match = re.fullmatch(r"v?(\d+)", text.strip())
+    if not match:
+        raise ValueError(f"{text!r} is not a dynamics version (expected one like v0003)")
+    return int(match[1])
+
+
 def _version_name(version: int) -> str:
     return f"{version_label(version)}.safetensors"
 

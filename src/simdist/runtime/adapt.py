@@ -10,7 +10,6 @@ so the shipped checkpoint is never modified.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import threading
 from collections.abc import Callable, Mapping
@@ -20,14 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from simdist import atomic
+from simdist import atomic, robots
 from simdist.cli import add_overrides_argument
 from simdist.errors import ConfigError
 from simdist.runtime.deploy import DeployLoop, resolve_model, run_deploy
-from simdist.runtime.finetune import FinetuneOptions
+from simdist.runtime.finetune import FinetuneOptions, add_option_arguments, options_from_args
 from simdist.runtime.store import ModelStore
 from simdist.runtime.worker import FinetuneWorker
-from simdist.sim.config import load_task
+from simdist.sim.config import TaskConfig, load_task, task_config
 
 
 @dataclass
@@ -42,7 +41,7 @@ class RoundResult:
 
 
 def evaluate_on_robot(
-    task: str,
+    task: str | TaskConfig,
     profile: str,
     store: ModelStore,
     *,
@@ -53,22 +52,16 @@ def evaluate_on_robot(
     seed: int = 10_000,
     on_start: Callable[[DeployLoop], None] | None = None,
 ) -> tuple[str, float, list[dict[str, Any]]]:
-    """(metric name, value, per-episode results): Go2 forward progress over speeds x episodes, or peg success.
+    """(metric name, value, per-episode results) of the task's evaluation (its robot's `evaluation`).
 
     `on_start(loop)` is called once, after the first tick (a diagnostic attaches itself there: `plan-grid --audit`).
     """
     from simdist.hardware.sim_robot import SimRobot
 
-    cfg = load_task(task, overrides)
-    commands = None
-    if cfg.robot == "go2":
-        per = episodes or 5
-        speeds = cfg.command.eval_speeds or [0.5]
-        commands = [[s, 0.0, 0.0] for s in speeds for _ in range(per)]
-        count, metric = len(commands), "forward progress (m)"
-    else:
-        count, metric = episodes or 20, "success rate"
-    robot = SimRobot(task, profile, seed=seed, overrides=overrides, commands=commands)
+    cfg = task_config(task, overrides)
+    protocol = robots.get(cfg.robot).evaluation(cfg, episodes)
+    count = protocol.episodes
+    robot = SimRobot(cfg, profile, seed=seed, overrides=overrides, commands=protocol.commands)
     stop = threading.Event()
 
     def enough(k: int, loop: DeployLoop) -> None:
@@ -78,7 +71,7 @@ def evaluate_on_robot(
             stop.set()
 
     result = run_deploy(
-        task,
+        cfg,
         f"sim:{profile}",
         store,
         robot=robot,
@@ -91,9 +84,8 @@ def evaluate_on_robot(
         seed=seed,
     )
     ended = result.stats.episodes[:count]
-    key = "progress_m" if cfg.robot == "go2" else "success"
-    values = [float(e["metrics"][key]) for e in ended]
-    return metric, float(np.mean(values)) if values else float("nan"), ended
+    values = [float(e["metrics"][protocol.metric_key]) for e in ended]
+    return protocol.metric, float(np.mean(values)) if values else float("nan"), ended
 
 
 def _table(rows: list[RoundResult], title: str) -> Any:
@@ -139,7 +131,7 @@ def _next_out(root: Path) -> Path:
 
 
 def adapt(
-    task: str,
+    task: str | TaskConfig,
     profile: str,
     *,
     rounds: int,
@@ -156,22 +148,23 @@ def adapt(
 ) -> list[RoundResult]:
     """Run the rounds; returns one row per evaluation (round 0 = the starting model)."""
     options = options or FinetuneOptions()
+    cfg = task_config(task, overrides)  # loaded once; every step below gets this object
     out.mkdir(parents=True, exist_ok=False)
     work = out / "model"
-    shutil.copytree(model, work, ignore=shutil.ignore_patterns("reports", ".*.tmp"))
+    shutil.copytree(model, work, ignore=shutil.ignore_patterns("reports", atomic.TMP_PATTERN))
     store = ModelStore(work)
-    title = f"{task} on sim:{profile}"
+    title = f"{cfg.task} on sim:{profile}"
     evaluate = dict(
         overrides=overrides, planner=planner, planner_overrides=planner_overrides, episodes=eval_episodes
     )
-    metric, value, _ = evaluate_on_robot(task, profile, store, **evaluate)  # type: ignore[arg-type]
+    metric, value, _ = evaluate_on_robot(cfg, profile, store, **evaluate)  # type: ignore[arg-type]
     rows = [RoundResult(0, 0.0, metric, value, None, store.label, None)]
     if print_table is not None:  # the starting point at once: a round takes minutes
         print_table(_table(rows, title))
     bags: list[Path] = []
     for r in range(1, rounds + 1):
         result = run_deploy(
-            task,
+            cfg,
             f"sim:{profile}",
             store,
             seconds=minutes * 60.0,
@@ -185,7 +178,7 @@ def adapt(
         bags.append(result.bag)
         report = FinetuneWorker(work, bags, options).start().wait()
         store.reload_now()  # between runs: pick up the published version (if the gate let one through)
-        metric, value, _ = evaluate_on_robot(task, profile, store, **evaluate)  # type: ignore[arg-type]
+        metric, value, _ = evaluate_on_robot(cfg, profile, store, **evaluate)  # type: ignore[arg-type]
         rows.append(
             RoundResult(
                 r,
@@ -199,9 +192,12 @@ def adapt(
         )
         if print_table is not None:
             print_table(_table(rows, title))
-    (out / "adapt.json").write_text(json.dumps([r.__dict__ for r in rows], indent=1))
+    atomic.write_json(out / "adapt.json", [r.__dict__ for r in rows], indent=1)
     _plot(rows, out / "adapt.png", title)
     return rows
+
+
+ADAPT_OPTIONS = ("max_steps", "max_minutes", "lr", "eval_every", "warmup_steps", "val_fraction", "seed")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -223,18 +219,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="episodes per commanded speed (Go2, default 5) or in all (peg, default 20)",
     )
-    parser.add_argument("--max-steps", type=int, default=None, help="finetuning steps per round at most")
-    parser.add_argument(
-        "--max-minutes",
-        type=float,
-        default=FinetuneOptions.max_minutes,
-        help="finetuning wall-clock budget per round (0: none)",
-    )
-    parser.add_argument("--lr", type=float, default=FinetuneOptions.lr)
-    parser.add_argument("--eval-every", type=int, default=FinetuneOptions.eval_every)
-    parser.add_argument("--warmup-steps", type=int, default=FinetuneOptions.warmup_steps)
-    parser.add_argument("--val-fraction", type=float, default=FinetuneOptions.val_fraction)
-    parser.add_argument("--seed", type=int, default=0)
+    add_option_arguments(parser, ADAPT_OPTIONS)  # each round's finetuning; --seed seeds the deploy runs too
     add_overrides_argument(parser)
 
 
@@ -244,25 +229,18 @@ def run(args: argparse.Namespace) -> int:
     from simdist.config import parse_overrides
 
     overrides = parse_overrides(args.overrides)
-    load_task(args.task, overrides).profile(args.profile)  # a bad task or profile fails before any work
+    cfg = load_task(args.task, overrides)  # the command's one TaskConfig, passed down
+    cfg.profile(args.profile)  # a bad task or profile fails before any work
     model = resolve_model(args.task, args.model)
     out = args.out or _next_out(Path("runs") / "adapt")
     if out.exists():
         raise ConfigError(
             f"--out {out} already exists: choose a new folder (the run writes a copy of the model there)"
         )
-    options = FinetuneOptions(
-        max_steps=args.max_steps,
-        max_minutes=args.max_minutes or None,
-        lr=args.lr,
-        eval_every=args.eval_every,
-        warmup_steps=args.warmup_steps,
-        val_fraction=args.val_fraction,
-        seed=args.seed,
-    )
+    options = options_from_args(args, ADAPT_OPTIONS)
     console = Console()
     rows = adapt(
-        args.task,
+        cfg,
         args.profile,
         rounds=args.rounds,
         minutes=args.minutes,

@@ -22,6 +22,7 @@ import json
 import math
 import shutil
 import time
+import typing
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -45,33 +46,48 @@ from simdist.model.checkpoint import (
     version_label,
 )
 from simdist.model.world_model import Context, WorldModel
+from simdist.train.evaluate import heldout_latent_error, latent_by_horizon_plot
 from simdist.train.schedule import learning_rate
 
 REPORTS_DIR = "reports"
 
 
+def _option(default: Any, help: str | None = None) -> Any:
+    """A `FinetuneOptions` field; one with `help` is also a command-line option (`add_option_arguments`)."""
+    return dataclasses.field(default=default, metadata={"help": help} if help else {})
+
+
 @dataclasses.dataclass(frozen=True)
 class FinetuneOptions:
-    """Defaults from the paper's real-world adaptation (batch 32, lr 2e-4 after a warm-up, 95/5 split)."""
+    """Defaults from the paper's real-world adaptation (batch 32, lr 2e-4 after a warm-up, 95/5 split).
 
-    batch_size: int = 32
-    lr: float = 2e-4
-    warmup_steps: int = 2000  # at most a quarter of the planned steps, so that a small run still trains
-    max_epochs: int = 100
-    max_steps: int | None = None
+    The one place each option's default and help are given: `simdist finetune`, `simdist adapt` and the ROS
+    `finetune_dynamics` node generate their flags from these fields (`add_option_arguments`).
+    """
+
+    batch_size: int = _option(32, "windows per batch")
+    lr: float = _option(2e-4, "learning rate after the warm-up")
+    # at most a quarter of the planned steps, so that a small run still trains
+    warmup_steps: int = _option(2000, "learning-rate warm-up steps")
+    max_epochs: int = _option(100, "passes over the real data at most")
+    max_steps: int | None = _option(None, "optimiser steps at most (default: as many as --max-epochs allows)")
     # Wall-clock budget. The paper's 100 epochs of 15 minutes of data take ~75 min on a 2-core CPU; held-out latent
     # error has done most of its fall after ~6000 steps (~3.5 min at one thread), so a round is capped at 4 minutes.
-    max_minutes: float | None = 4.0
-    val_fraction: float = 0.05
-    eval_every: int = 250  # steps between held-out evaluations (early stopping)
+    max_minutes: float | None = _option(4.0, "wall-clock training budget in minutes (0: none)")
+    val_fraction: float = _option(0.05, "share of the real episodes held out (early stopping and the gate)")
+    eval_every: int = _option(250, "steps between held-out evaluations (early stopping)")
     eval_windows: int = 2048
-    patience: int = 6  # evaluations without improvement before stopping
+    patience: int = _option(6, "evaluations without improvement before stopping")
     grad_clip: float = 1.0
-    min_improvement: float = 0.0  # the gate: relative held-out improvement a version needs to be published
-    sim_data: str | None = None
-    sim_share: float = 0.2  # share of each batch from `sim_data`, when one is given
-    seed: int = 0
-    threads: int = 0  # torch threads (0: leave torch's choice)
+    min_improvement: float = _option(
+        0.0, "the gate: relative held-out improvement a version needs to be published"
+    )
+    sim_data: str | None = _option(None, "simulation dataset folder to mix in")
+    sim_share: float = _option(0.2, "share of each batch from --sim-data, when one is given")
+    seed: int = _option(0, "random seed")
+    threads: int = _option(
+        0, "torch threads (0: torch's choice; 1 beside a running robot, so control is not contended)"
+    )
     # "dynamics" (SimDist: every dynamics member), "all" (the full-finetuning baseline), or "new_members" (an
     # ensemble's members 1..K-1 only, member 0 kept: how `simdist ensemble` trains fresh members)
     trainable: str = "dynamics"
@@ -80,6 +96,28 @@ class FinetuneOptions:
     # starting model's reward, value and policy outputs on the same real windows as anchors (weight below).
     target_ema: float = 0.99
     anchor_weight: float = 1.0
+
+
+def add_option_arguments(parser: argparse.ArgumentParser, names: Sequence[str]) -> None:
+    """`--name-with-dashes` for each named `FinetuneOptions` field, its type, default and help from the dataclass."""
+    hints = typing.get_type_hints(FinetuneOptions)
+    fields = {f.name: f for f in dataclasses.fields(FinetuneOptions)}
+    for name in names:
+        field = fields[name]
+        if "help" not in field.metadata:
+            raise ValueError(f"FinetuneOptions.{name} is not a command-line option")
+        kind = next(t for t in typing.get_args(hints[name]) or (hints[name],) if t is not type(None))
+        parser.add_argument(
+            f"--{name.replace('_', '-')}", type=kind, default=field.default, help=field.metadata["help"]
+        )
+
+
+def options_from_args(args: argparse.Namespace, names: Sequence[str]) -> FinetuneOptions:
+    """The options `add_option_arguments(parser, names)` parsed (--max-minutes 0: no budget); the rest default."""
+    values = {name: getattr(args, name) for name in names}
+    if "max_minutes" in values:
+        values["max_minutes"] = values["max_minutes"] or None
+    return FinetuneOptions(**values)
 
 
 @dataclasses.dataclass
@@ -281,20 +319,6 @@ def training_loss(model: WorldModel, batch: WindowBatch, generator: torch.Genera
 def masked_mean(errors: torch.Tensor, batch: WindowBatch) -> torch.Tensor:
     mask = batch.future_mask.float()
     return (errors * mask).sum() / mask.sum().clamp_min(1.0)
-
-
-@torch.no_grad()
-def heldout_latent_error(
-    model: WorldModel, sampler: WindowSampler, *, limit: int, batch_size: int = 256
-) -> np.ndarray:
-    """Held-out latent MSE per horizon step k = 1..T (mean over real future steps)."""
-    sums = np.zeros(sampler.horizon)
-    counts = np.zeros(sampler.horizon)
-    for batch in sampler.iterate(batch_size, limit):
-        mask = batch.future_mask.float()
-        sums += (latent_errors(model, batch) * mask).sum(0).numpy()
-        counts += mask.sum(0).numpy()
-    return sums / np.maximum(counts, 1.0)
 
 
 class FullFinetuneLoss:
@@ -531,11 +555,6 @@ def _sim_sampler(options: FinetuneOptions, model: WorldModel) -> WindowSampler |
 
 def write_report(report: FinetuneReport, out_dir: Path) -> None:
     """finetune_vNNNN.json/.png (or finetune_refused_NNN when refused) in `out_dir`, each written atomically."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     out_dir.mkdir(parents=True, exist_ok=True)
     if report.version is not None:
         stem = f"finetune_{version_label(report.version)}"
@@ -543,28 +562,37 @@ def write_report(report: FinetuneReport, out_dir: Path) -> None:
         stem = f"finetune_refused_{len(list(out_dir.glob('finetune_refused_*.json'))):03d}"
     json_path, png_path = out_dir / f"{stem}.json", out_dir / f"{stem}.png"
     report.report_json, report.report_png = str(json_path), str(png_path)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    steps = np.arange(1, len(report.latent_before) + 1)
-    ax.plot(
-        steps,
-        report.latent_before,
-        marker="o",
-        markersize=3,
-        label=f"{version_label(report.base_version)} (before)",
-    )
     after_label = version_label(report.version) if report.version is not None else "finetuned (refused)"
-    ax.plot(steps, report.latent_after, marker="o", markersize=3, label=f"{after_label} (after)")
-    ax.set_xlabel("prediction step k (z_hat(t+k))")
-    ax.set_ylabel("held-out latent MSE (real data)")
-    ax.set_title(f"dynamics finetuning on {report.minutes_of_data:.1f} min of data")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    atomic.write_figure(fig, png_path)
+    latent_by_horizon_plot(
+        {
+            f"{version_label(report.base_version)} (before)": report.latent_before,
+            f"{after_label} (after)": report.latent_after,
+        },
+        png_path,
+        title=f"dynamics finetuning on {report.minutes_of_data:.1f} min of data",
+        ylabel="held-out latent MSE (real data)",
+    )
     atomic.write_json(json_path, report.to_dict())
 
 
 # -- CLI -----------------------------------------------------------------------------------------------------------
+
+CLI_OPTIONS = (
+    "sim_data",
+    "sim_share",
+    "batch_size",
+    "lr",
+    "warmup_steps",
+    "max_epochs",
+    "max_steps",
+    "max_minutes",
+    "val_fraction",
+    "eval_every",
+    "patience",
+    "min_improvement",
+    "seed",
+    "threads",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -588,49 +616,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bag", dest="bags", action="append", required=True, type=Path, help="a run bag (repeatable)"
     )
-    parser.add_argument("--sim-data", default=None, help="simulation dataset folder to mix in")
-    defaults = FinetuneOptions()
-    parser.add_argument(
-        "--sim-share", type=float, default=defaults.sim_share, help="share of each batch from --sim-data"
-    )
-    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
-    parser.add_argument("--lr", type=float, default=defaults.lr)
-    parser.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps)
-    parser.add_argument("--max-epochs", type=int, default=defaults.max_epochs)
-    parser.add_argument("--max-steps", type=int, default=None)
-    parser.add_argument(
-        "--max-minutes", type=float, default=FinetuneOptions.max_minutes, help="wall-clock budget (0: none)"
-    )
-    parser.add_argument("--val-fraction", type=float, default=defaults.val_fraction)
-    parser.add_argument("--eval-every", type=int, default=defaults.eval_every)
-    parser.add_argument("--patience", type=int, default=defaults.patience)
-    parser.add_argument("--min-improvement", type=float, default=defaults.min_improvement)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=defaults.threads,
-        help="torch threads (0: torch's choice; 1 beside a running robot, so control is not contended)",
-    )
-
-
-def options_from_args(args: argparse.Namespace) -> FinetuneOptions:
-    return FinetuneOptions(
-        batch_size=args.batch_size,
-        lr=args.lr,
-        warmup_steps=args.warmup_steps,
-        max_epochs=args.max_epochs,
-        max_steps=args.max_steps,
-        max_minutes=args.max_minutes or None,
-        val_fraction=args.val_fraction,
-        eval_every=args.eval_every,
-        patience=args.patience,
-        min_improvement=args.min_improvement,
-        sim_data=args.sim_data,
-        sim_share=args.sim_share,
-        seed=args.seed,
-        threads=args.threads,
-    )
+    add_option_arguments(parser, CLI_OPTIONS)
 
 
 def working_copy(model: Path, out: Path | None) -> Path:
@@ -647,7 +633,7 @@ def working_copy(model: Path, out: Path | None) -> Path:
         )
     read_description(model)  # a clear error for a folder that is no model, before copying anything
     out.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(model, out, ignore=shutil.ignore_patterns("reports", ".*.tmp*"))
+    shutil.copytree(model, out, ignore=shutil.ignore_patterns("reports", atomic.TMP_PATTERN))
     return out
 
 
@@ -656,7 +642,9 @@ def run(args: argparse.Namespace) -> int:
     folder = args.model if args.in_place else working_copy(args.model, args.out)
     if folder != args.model:
         print(f"finetuning a working copy: {folder} (of {args.model}; --in-place updates that folder)")
-    report = finetune(folder, args.bags, options_from_args(args), log=lambda m: print(m, flush=True))
+    report = finetune(
+        folder, args.bags, options_from_args(args, CLI_OPTIONS), log=lambda m: print(m, flush=True)
+    )
     outcome = (
         f"published {version_label(report.version)}" if report.version is not None else "nothing published"
     )

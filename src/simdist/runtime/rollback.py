@@ -6,11 +6,10 @@ does the same and waits for the planner's confirmation."""
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 
 from simdist.errors import ConfigError
-from simdist.model.checkpoint import current_version
+from simdist.model import checkpoint
 from simdist.runtime.store import ModelStore, version_label
 
 
@@ -18,15 +17,15 @@ def parse_version(text: str | None) -> int | None:
     """`v0003`, `3` or None; ConfigError for anything else."""
     if text is None:
         return None
-    match = re.fullmatch(r"v?(\d+)", text.strip())
-    if not match:
-        raise ConfigError(f"--to {text!r}: expected a version like v0003")
-    return int(match[1])
+    try:
+        return checkpoint.parse_version(text)
+    except ValueError:
+        raise ConfigError(f"--to {text!r}: expected a version like v0003") from None
 
 
 def rollback_model(model: Path, to: int | None) -> tuple[int, int]:
     """(from, to) versions; raises CheckpointError (nothing changed) when the target is missing or invalid."""
-    before = current_version(model)
+    before = checkpoint.current_version(model)
     store = ModelStore(model)
     return before, store.rollback(to)
 

@@ -22,10 +22,11 @@ import shlex
 import shutil
 import subprocess
 import sysconfig
-import tempfile
 from pathlib import Path
 
 import mujoco
+
+from simdist import atomic
 
 log = logging.getLogger(__name__)
 FLAGS = ("-O2", "-shared", "-fPIC", "-pthread")
@@ -80,16 +81,14 @@ def _build_and_open(name: str) -> ctypes.CDLL:
             log.info("rebuilding unreadable %s: %s", target, e)
     cc = _compiler()
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.stem}-", suffix=".so")
-    os.close(fd)
-    try:
+    with atomic.atomic_path(target, unique=True) as tmp:  # a name of its own: two processes may build at once
         cmd = [
             *cc,
             *FLAGS,
             f"-I{mujoco_dir / 'include'}",
             str(_source(name)),
             "-o",
-            tmp,
+            str(tmp),
             f"-L{mujoco_dir}",
             f"-l:{libmujoco.name}",
             f"-Wl,-rpath,{mujoco_dir}",
@@ -98,8 +97,4 @@ def _build_and_open(name: str) -> ctypes.CDLL:
         if result.returncode != 0:
             lines = result.stderr.splitlines() or [f"exit status {result.returncode}"]
             raise OSError(f"{cc[0]} failed: {next((s for s in lines if 'error' in s), lines[0])}")
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return ctypes.CDLL(str(target))

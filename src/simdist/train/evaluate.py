@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +11,8 @@ import numpy as np
 import torch
 
 from simdist import atomic
-from simdist.data.windows import WindowSampler
-from simdist.model.world_model import WorldModel
+from simdist.data.windows import WindowBatch, WindowSampler
+from simdist.model.world_model import Context, WorldModel
 from simdist.train.losses import loss_masks
 
 
@@ -31,31 +32,85 @@ class EvalResult:
 
 
 @torch.no_grad()
-def evaluate(
-    model: WorldModel, sampler: WindowSampler, *, batch_size: int = 256, limit: int | None = 4096
-) -> EvalResult:
-    """Metrics over up to `limit` evenly spaced windows of `sampler` (held-out episodes), model in eval mode."""
-    model.eval()
+def heldout_latent_error(
+    model: WorldModel,
+    sampler: WindowSampler,
+    *,
+    limit: int | None,
+    batch_size: int = 256,
+    each: Callable[[WindowBatch, Context, torch.Tensor], None] | None = None,
+) -> np.ndarray:
+    """Held-out latent MSE per horizon step k = 1..T (mean over real future steps) on up to `limit` evenly spaced
+    windows of `sampler`, against the model's own encoder; the model in the mode the caller left it in.
+
+    `each(batch, context, predicted latents)` is called for every batch (on the model's device), so that other
+    metrics can be gathered in the same pass (`evaluate`).
+    """
     device = next(model.parameters()).device
-    horizon = sampler.horizon
-    lat_sum = np.zeros(horizon)
-    lat_count = np.zeros(horizon)
-    pairs: dict[str, list[np.ndarray]] = {"reward": [], "reward_hat": [], "value": [], "value_hat": []}
-    act_sum = act_count = 0.0
-    windows = 0
+    sums = np.zeros(sampler.horizon)
+    counts = np.zeros(sampler.horizon)
     for batch in sampler.iterate(batch_size, limit):
         batch = batch.to(device)
         ctx = model.context(batch.obs_hist, batch.act_hist, batch.hist_mask, batch.obs, batch.image)
         latents = model.predict(ctx, batch.actions)
         target = model.encoder(model.normalizer.normalize("obs", batch.future_obs), batch.future_image)
+        mask = batch.future_mask.float()
+        sums += ((latents - target).pow(2).mean(-1) * mask).sum(0).cpu().numpy()
+        counts += mask.sum(0).cpu().numpy()
+        if each is not None:
+            each(batch, ctx, latents)
+    return sums / np.maximum(counts, 1.0)
+
+
+def latent_by_horizon_plot(
+    curves: Mapping[str, Sequence[float]],
+    path: Path,
+    *,
+    title: str,
+    ylabel: str = "held-out latent MSE",
+    log_scale: bool = False,
+    figsize: tuple[float, float] = (6.0, 4.0),
+    legend_fontsize: float | None = None,
+    dpi: int = 110,
+) -> None:
+    """Latent error against prediction step k = 1..T, one line per curve (a legend when they are named), written
+    atomically as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=figsize)
+    for name, values in curves.items():
+        ax.plot(np.arange(1, len(values) + 1), values, marker="o", markersize=3, label=name)
+    ax.set_xlabel("prediction step k (z_hat(t+k))")
+    ax.set_ylabel(ylabel)
+    if log_scale:
+        ax.set_yscale("log")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if any(curves):
+        ax.legend(fontsize=legend_fontsize)
+    fig.tight_layout()
+    atomic.write_figure(fig, path, dpi=dpi)
+
+
+@torch.no_grad()
+def evaluate(
+    model: WorldModel, sampler: WindowSampler, *, batch_size: int = 256, limit: int | None = 4096
+) -> EvalResult:
+    """Metrics over up to `limit` evenly spaced windows of `sampler` (held-out episodes), model in eval mode."""
+    model.eval()
+    pairs: dict[str, list[np.ndarray]] = {"reward": [], "reward_hat": [], "value": [], "value_hat": []}
+    act_sum = act_count = 0.0
+    windows = 0
+
+    def gather(batch: WindowBatch, ctx: Context, latents: torch.Tensor) -> None:
+        nonlocal act_sum, act_count, windows
         rewards, values = model.score(ctx, latents, batch.actions, batch.command)
         actions = model.propose(ctx, batch.command)
         masks = loss_masks(batch)
-        future = masks["dynamics"]
-        err = (latents - target).pow(2).mean(-1)
-        lat_sum += (err * future).sum(0).cpu().numpy()
-        lat_count += future.sum(0).cpu().numpy()
-        keep = future.bool()
+        keep = masks["dynamics"].bool()
         pairs["reward"].append(batch.reward[keep].cpu().numpy())
         pairs["reward_hat"].append(rewards[keep].cpu().numpy())
         pairs["value"].append(batch.value[keep].cpu().numpy())
@@ -64,9 +119,11 @@ def evaluate(
         act_sum += float((act_err * masks["action"]).sum())
         act_count += float(masks["action"].sum())
         windows += len(batch)
+
+    latent = heldout_latent_error(model, sampler, limit=limit, batch_size=batch_size, each=gather)
     flat = {k: np.concatenate(v) if v else np.zeros(0) for k, v in pairs.items()}
     return EvalResult(
-        latent_mse=[float(x) for x in lat_sum / np.maximum(lat_count, 1)],
+        latent_mse=[float(x) for x in latent],
         reward_r2=_r2(flat["reward"], flat["reward_hat"]),
         value_r2=_r2(flat["value"], flat["value_hat"]),
         action_mse=act_sum / max(act_count, 1.0),
@@ -91,24 +148,11 @@ def _r2(target: np.ndarray, prediction: np.ndarray) -> float:
 
 def save_report(result: EvalResult, out_dir: Path, *, title: str) -> tuple[Path, Path]:
     """metrics.json and latent_error.png (error against horizon step) in `out_dir`, each written atomically."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     out_dir.mkdir(parents=True, exist_ok=True)
     metrics = out_dir / "metrics.json"
     atomic.write_json(metrics, result.to_dict())
-    fig, ax = plt.subplots(figsize=(6, 4))
-    steps = np.arange(1, len(result.latent_mse) + 1)
-    ax.plot(steps, result.latent_mse, marker="o", markersize=3)
-    ax.set_xlabel("prediction step k (z_hat(t+k))")
-    ax.set_ylabel("latent MSE (held-out)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
     png = out_dir / "latent_error.png"
-    atomic.write_figure(fig, png, dpi=120)
+    latent_by_horizon_plot({"": result.latent_mse}, png, title=title, ylabel="latent MSE (held-out)", dpi=120)
     return metrics, png
 
 

@@ -22,10 +22,12 @@ from simdist.bags.reader import read_topics
 from simdist.bags.writer import RUN_PREFIX
 from simdist.errors import BagError, CheckpointError, SimdistError
 from simdist.model.checkpoint import version_label
-from simdist.runtime.finetune import FinetuneOptions, finetune
+from simdist.runtime.finetune import add_option_arguments, finetune, options_from_args
 from simdist.runtime.realtime import yield_to_control
 
 DEFAULT_BAG_DIR = "runs/bags"
+# The finetuning options this command takes (their defaults and help are FinetuneOptions's, as for `simdist finetune`)
+OPTIONS = ("max_minutes", "max_steps", "min_improvement", "threads", "seed")
 
 
 def strip_ros_args(argv: Sequence[str]) -> list[str]:
@@ -98,12 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("SIMDIST_MODEL_DIR"),
         help="checkpoint folder ($SIMDIST_MODEL_DIR, default: the model the first run was deployed with)",
     )
-    defaults = FinetuneOptions()
-    parser.add_argument("--max-minutes", type=float, default=None, help="wall-clock training budget")
-    parser.add_argument("--max-steps", type=int, default=None)
-    parser.add_argument("--min-improvement", type=float, default=defaults.min_improvement)
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's choice)")
-    parser.add_argument("--seed", type=int, default=0)
+    add_option_arguments(parser, OPTIONS)
     parser.add_argument(
         "--wait",
         type=float,
@@ -190,13 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         bags = [resolve_bag(b, args.bag_dir) for b in args.bags]
         model_dir = Path(args.model_dir) if args.model_dir else model_of(bags[0])
-        options = FinetuneOptions(
-            max_minutes=args.max_minutes,
-            max_steps=args.max_steps,
-            min_improvement=args.min_improvement,
-            threads=args.threads,
-            seed=args.seed,
-        )
+        options = options_from_args(args, OPTIONS)
     except SimdistError as exc:
         sys.stderr.write(f"finetune_dynamics: error: {exc}\n")
         return exc.exit_code

@@ -1,0 +1,64 @@
+"""The finetuning options are declared once (FinetuneOptions): `simdist finetune` and `simdist adapt` generate
+their flags from its fields, with its defaults, and build the options from what they parsed."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import pytest
+
+from simdist.runtime import adapt
+from simdist.runtime import finetune as ft
+
+
+def _parse(add_arguments, argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+FRONTENDS = [
+    (ft.add_arguments, ft.CLI_OPTIONS, ["--model", "m", "--bag", "b"]),
+    (adapt.add_arguments, adapt.ADAPT_OPTIONS, ["--task", "t", "--profile", "p"]),
+]
+
+
+@pytest.mark.parametrize(("add_arguments", "names", "required"), FRONTENDS)
+def test_no_flags_give_the_dataclass_defaults(add_arguments, names, required) -> None:
+    assert ft.options_from_args(_parse(add_arguments, required), names) == ft.FinetuneOptions()
+
+
+def test_every_finetune_flag_reaches_its_field() -> None:
+    argv = ["--model", "m", "--bag", "b", "--sim-data", "sim", "--sim-share", "0.5", "--batch-size", "8"]
+    argv += ["--lr", "1e-3", "--warmup-steps", "5", "--max-epochs", "3", "--max-steps", "40"]
+    argv += ["--max-minutes", "1.5", "--val-fraction", "0.1", "--eval-every", "7", "--patience", "2"]
+    argv += ["--min-improvement", "0.01", "--seed", "4", "--threads", "1"]
+    options = ft.options_from_args(_parse(ft.add_arguments, argv), ft.CLI_OPTIONS)
+    assert options == dataclasses.replace(
+        ft.FinetuneOptions(),
+        sim_data="sim",
+        sim_share=0.5,
+        batch_size=8,
+        lr=1e-3,
+        warmup_steps=5,
+        max_epochs=3,
+        max_steps=40,
+        max_minutes=1.5,
+        val_fraction=0.1,
+        eval_every=7,
+        patience=2,
+        min_improvement=0.01,
+        seed=4,
+        threads=1,
+    )
+
+
+def test_max_minutes_zero_is_no_budget() -> None:
+    args = _parse(adapt.add_arguments, ["--task", "t", "--profile", "p", "--max-minutes", "0"])
+    assert ft.options_from_args(args, adapt.ADAPT_OPTIONS).max_minutes is None
+
+
+def test_only_declared_options_become_flags() -> None:
+    with pytest.raises(ValueError, match="trainable"):
+        ft.add_option_arguments(argparse.ArgumentParser(), ["trainable"])
