@@ -21,7 +21,8 @@ from simdist.errors import ConfigError
 from simdist.hardware.sim_robot import SimRobot
 from simdist.model.checkpoint import current_version, list_versions
 from simdist.runtime.deploy import run_deploy
-from simdist.runtime.finetune import FinetuneOptions, finetune
+from simdist.runtime.finetune import finetune
+from simdist.runtime.finetune_options import FinetuneOptions
 from simdist.runtime.loop import DeployLoop
 from simdist.runtime.scratch import write_random_checkpoint
 from simdist.runtime.store import ModelStore

@@ -86,7 +86,7 @@ def test_report_has_a_row_per_method_and_point_and_valid_plots(tiny_run) -> None
 
 
 def test_every_method_gets_exactly_the_same_real_budget(tiny_run) -> None:  # type: ignore[no-untyped-def]
-    from simdist.runtime.finetune import real_episodes
+    from simdist.runtime.real_data import real_episodes
 
     result, out = tiny_run
     assert result.budget == [0, 300]  # 0.1 min x 60 s x 50 Hz

@@ -12,7 +12,7 @@ from fast_planner import FAST_PLANNER
 from simdist.errors import BagError
 from simdist.model.checkpoint import current_version
 from simdist.runtime.deploy import run_deploy
-from simdist.runtime.finetune import FinetuneOptions
+from simdist.runtime.finetune_options import FinetuneOptions
 from simdist.runtime.store import ModelStore
 from simdist_finetune import finetune_dynamics as cli
 

@@ -11,7 +11,7 @@ from fast_planner import FAST_PLANNER
 from simdist.cli import main
 from simdist.model.checkpoint import current_version
 from simdist.runtime.adapt import adapt
-from simdist.runtime.finetune import FinetuneOptions
+from simdist.runtime.finetune_options import FinetuneOptions
 
 
 def test_one_tiny_round_lowers_the_heldout_latent_error(go2_model: Path, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import torch
 from simdist.errors import CheckpointError, ConfigError
 from simdist.model.checkpoint import current_version, load_checkpoint
 from simdist.runtime.ensemble import build_ensemble
-from simdist.runtime.finetune import FinetuneOptions
+from simdist.runtime.finetune_options import FinetuneOptions
 
 
 def test_fresh_members_train_on_sim_runs_and_member_zero_stays(go2_model: Path, tmp_path: Path) -> None:

@@ -20,7 +20,9 @@ from simdist.data.windows import WindowSampler
 from simdist.errors import BagError
 from simdist.model.checkpoint import current_version, list_versions, load_checkpoint
 from simdist.runtime.deploy import run_deploy
-from simdist.runtime.finetune import FinetuneOptions, finetune, real_episodes
+from simdist.runtime.finetune import finetune
+from simdist.runtime.finetune_options import FinetuneOptions
+from simdist.runtime.real_data import real_episodes
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bags"))
 from bag_helpers import good_topics, snapshot, write_raw  # noqa: E402
@@ -231,7 +233,7 @@ def test_the_gate_decides_on_episodes_that_did_not_select_the_checkpoint(
 
 
 def test_split_real_gives_three_disjoint_sets_even_from_one_episode() -> None:
-    from simdist.runtime.finetune import split_real
+    from simdist.runtime.real_data import split_real
 
     def episode(i: int, n: int) -> dict[str, np.ndarray]:
         return {

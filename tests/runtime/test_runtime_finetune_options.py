@@ -10,6 +10,7 @@ import pytest
 
 from simdist.runtime import adapt
 from simdist.runtime import finetune as ft
+from simdist.runtime import finetune_options as fo
 
 
 def _parse(add_arguments, argv: list[str]) -> argparse.Namespace:
@@ -26,7 +27,7 @@ FRONTENDS = [
 
 @pytest.mark.parametrize(("add_arguments", "names", "required"), FRONTENDS)
 def test_no_flags_give_the_dataclass_defaults(add_arguments, names, required) -> None:
-    assert ft.options_from_args(_parse(add_arguments, required), names) == ft.FinetuneOptions()
+    assert fo.options_from_args(_parse(add_arguments, required), names) == fo.FinetuneOptions()
 
 
 def test_every_finetune_flag_reaches_its_field() -> None:
@@ -34,9 +35,9 @@ def test_every_finetune_flag_reaches_its_field() -> None:
     argv += ["--lr", "1e-3", "--warmup-steps", "5", "--max-epochs", "3", "--max-steps", "40"]
     argv += ["--max-minutes", "1.5", "--val-fraction", "0.1", "--eval-every", "7", "--patience", "2"]
     argv += ["--min-improvement", "0.01", "--seed", "4", "--threads", "1"]
-    options = ft.options_from_args(_parse(ft.add_arguments, argv), ft.CLI_OPTIONS)
+    options = fo.options_from_args(_parse(ft.add_arguments, argv), ft.CLI_OPTIONS)
     assert options == dataclasses.replace(
-        ft.FinetuneOptions(),
+        fo.FinetuneOptions(),
         sim_data="sim",
         sim_share=0.5,
         batch_size=8,
@@ -56,9 +57,9 @@ def test_every_finetune_flag_reaches_its_field() -> None:
 
 def test_max_minutes_zero_is_no_budget() -> None:
     args = _parse(adapt.add_arguments, ["--task", "t", "--profile", "p", "--max-minutes", "0"])
-    assert ft.options_from_args(args, adapt.ADAPT_OPTIONS).max_minutes is None
+    assert fo.options_from_args(args, adapt.ADAPT_OPTIONS).max_minutes is None
 
 
 def test_only_declared_options_become_flags() -> None:
     with pytest.raises(ValueError, match="trainable"):
-        ft.add_option_arguments(argparse.ArgumentParser(), ["trainable"])
+        fo.add_option_arguments(argparse.ArgumentParser(), ["trainable"])

@@ -14,7 +14,7 @@ from fast_planner import FAST_PLANNER
 from simdist.bags import read_episodes
 from simdist.model.checkpoint import current_version, list_versions, load_checkpoint, publish_dynamics
 from simdist.runtime.deploy import run_deploy
-from simdist.runtime.finetune import FinetuneOptions
+from simdist.runtime.finetune_options import FinetuneOptions
 from simdist.runtime.loop import DeployLoop
 from simdist.runtime.store import ModelStore
 from simdist.runtime.worker import FinetuneError, FinetuneWorker

@@ -9,7 +9,7 @@ from typing import Any
 
 from simdist.config import apply_overrides, build, load_named
 from simdist.errors import ConfigError
-from simdist.runtime.finetune import FinetuneOptions
+from simdist.runtime.finetune_options import FinetuneOptions
 
 METHODS = ("zero_shot", "simdist", "full_finetune", "rl_finetune", "oracle")
 

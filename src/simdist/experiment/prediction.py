@@ -23,7 +23,7 @@ from simdist.data.windows import WindowSampler
 from simdist.experiment.report import save_png
 from simdist.experts.policy import Expert
 from simdist.model.world_model import WorldModel
-from simdist.runtime.finetune import latent_predictions
+from simdist.runtime.finetune_losses import latent_predictions
 from simdist.sim import make_env
 from simdist.sim.config import TaskConfig
 from simdist.train.evaluate import heldout_latent_error

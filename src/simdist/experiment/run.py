@@ -141,7 +141,8 @@ def _world_model_methods(
     """
     from simdist.model.checkpoint import current_version, version_label
     from simdist.runtime.deploy import run_deploy
-    from simdist.runtime.finetune import finetune, real_episodes
+    from simdist.runtime.finetune import finetune
+    from simdist.runtime.real_data import real_episodes
 
     ecfg, result = run.ecfg, run.result
     tracks = [lead, *followers]

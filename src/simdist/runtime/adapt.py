@@ -23,7 +23,7 @@ from simdist import atomic, robots
 from simdist.cli import add_overrides_argument
 from simdist.errors import ConfigError
 from simdist.runtime.deploy import DeployLoop, resolve_model, run_deploy
-from simdist.runtime.finetune import FinetuneOptions, add_option_arguments, options_from_args
+from simdist.runtime.finetune_options import FinetuneOptions, add_option_arguments, options_from_args
 from simdist.runtime.store import ModelStore
 from simdist.runtime.worker import FinetuneWorker
 from simdist.sim.config import TaskConfig, load_task, task_config

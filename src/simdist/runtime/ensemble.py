@@ -15,7 +15,8 @@ from pathlib import Path
 
 from simdist.cli import add_overrides_argument
 from simdist.errors import ConfigError
-from simdist.runtime.finetune import FinetuneOptions, finetune
+from simdist.runtime.finetune import finetune
+from simdist.runtime.finetune_options import FinetuneOptions
 
 
 def build_ensemble(

@@ -22,20 +22,16 @@ import json
 import math
 import shutil
 import time
-import typing
-import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from simdist import atomic
-from simdist.bags import read_episodes, schema
-from simdist.data.dataset import InMemoryEpisodes, ShardDataset
-from simdist.data.windows import WindowBatch, WindowSampler, held_out
+from simdist.data.dataset import ShardDataset
+from simdist.data.windows import WindowBatch, WindowSampler
 from simdist.errors import BagError, CheckpointError, ConfigError, DatasetError
 from simdist.model.checkpoint import (
     current_version,
@@ -45,79 +41,14 @@ from simdist.model.checkpoint import (
     save_checkpoint,
     version_label,
 )
-from simdist.model.world_model import Context, WorldModel
+from simdist.model.world_model import WorldModel
+from simdist.runtime.finetune_losses import FullFinetuneLoss, training_loss
+from simdist.runtime.finetune_options import FinetuneOptions, add_option_arguments, options_from_args
+from simdist.runtime.real_data import check_dims, minutes_of_data, real_episodes, split_real
 from simdist.train.evaluate import heldout_latent_error, latent_by_horizon_plot
 from simdist.train.schedule import learning_rate
 
 REPORTS_DIR = "reports"
-
-
-def _option(default: Any, help: str | None = None) -> Any:
-    """A `FinetuneOptions` field; one with `help` is also a command-line option (`add_option_arguments`)."""
-    return dataclasses.field(default=default, metadata={"help": help} if help else {})
-
-
-@dataclasses.dataclass(frozen=True)
-class FinetuneOptions:
-    """Defaults from the paper's real-world adaptation (batch 32, lr 2e-4 after a warm-up, 95/5 split).
-
-    The one place each option's default and help are given: `simdist finetune`, `simdist adapt` and the ROS
-    `finetune_dynamics` node generate their flags from these fields (`add_option_arguments`).
-    """
-
-    batch_size: int = _option(32, "windows per batch")
-    lr: float = _option(2e-4, "learning rate after the warm-up")
-    # at most a quarter of the planned steps, so that a small run still trains
-    warmup_steps: int = _option(2000, "learning-rate warm-up steps")
-    max_epochs: int = _option(100, "passes over the real data at most")
-    max_steps: int | None = _option(None, "optimiser steps at most (default: as many as --max-epochs allows)")
-    # Wall-clock budget. The paper's 100 epochs of 15 minutes of data take ~75 min on a 2-core CPU; held-out latent
-    # error has done most of its fall after ~6000 steps (~3.5 min at one thread), so a round is capped at 4 minutes.
-    max_minutes: float | None = _option(4.0, "wall-clock training budget in minutes (0: none)")
-    val_fraction: float = _option(0.05, "share of the real episodes held out (early stopping and the gate)")
-    eval_every: int = _option(250, "steps between held-out evaluations (early stopping)")
-    eval_windows: int = 2048
-    patience: int = _option(6, "evaluations without improvement before stopping")
-    grad_clip: float = 1.0
-    min_improvement: float = _option(
-        0.0, "the gate: relative held-out improvement a version needs to be published"
-    )
-    sim_data: str | None = _option(None, "simulation dataset folder to mix in")
-    sim_share: float = _option(0.2, "share of each batch from --sim-data, when one is given")
-    seed: int = _option(0, "random seed")
-    threads: int = _option(
-        0, "torch threads (0: torch's choice; 1 beside a running robot, so control is not contended)"
-    )
-    # "dynamics" (SimDist: every dynamics member), "all" (the full-finetuning baseline), or "new_members" (an
-    # ensemble's members 1..K-1 only, member 0 kept: how `simdist ensemble` trains fresh members)
-    trainable: str = "dynamics"
-    # Full finetuning only (trainable="all"), so that the forgetting baseline is the strongest reasonable one:
-    # latent targets from an exponential moving average of the encoder (not the encoder being trained), and the
-    # starting model's reward, value and policy outputs on the same real windows as anchors (weight below).
-    target_ema: float = 0.99
-    anchor_weight: float = 1.0
-
-
-def add_option_arguments(parser: argparse.ArgumentParser, names: Sequence[str]) -> None:
-    """`--name-with-dashes` for each named `FinetuneOptions` field, its type, default and help from the dataclass."""
-    hints = typing.get_type_hints(FinetuneOptions)
-    fields = {f.name: f for f in dataclasses.fields(FinetuneOptions)}
-    for name in names:
-        field = fields[name]
-        if "help" not in field.metadata:
-            raise ValueError(f"FinetuneOptions.{name} is not a command-line option")
-        kind = next(t for t in typing.get_args(hints[name]) or (hints[name],) if t is not type(None))
-        parser.add_argument(
-            f"--{name.replace('_', '-')}", type=kind, default=field.default, help=field.metadata["help"]
-        )
-
-
-def options_from_args(args: argparse.Namespace, names: Sequence[str]) -> FinetuneOptions:
-    """The options `add_option_arguments(parser, names)` parsed (--max-minutes 0: no budget); the rest default."""
-    values = {name: getattr(args, name) for name in names}
-    if "max_minutes" in values:
-        values["max_minutes"] = values["max_minutes"] or None
-    return FinetuneOptions(**values)
 
 
 @dataclasses.dataclass
@@ -155,198 +86,6 @@ class FinetuneReport:
 
 
 # -- bags -> episodes ----------------------------------------------------------------------------------------------
-
-
-def episode_id_base(bag: Path) -> int:
-    """A run's episode-id base, unique across runs: a hash of the bag's absolute path (ids: base + stretch_id)."""
-    return (zlib.crc32(str(Path(bag).resolve()).encode()) & 0x7FFFFFFF) << 20
-
-
-def stretch_id(episode: dict[str, np.ndarray]) -> int:
-    """A run-local id for one gap-free stretch of an episode (the episode's index while it has no gap)."""
-    return int(episode["episode_index"][0]) + (int(episode["segment"][0]) << 12)
-
-
-def real_episodes(bags: Sequence[str | Path]) -> list[dict[str, np.ndarray]]:
-    """Every episode of every bag in the dataset's per-step format, ready for `InMemoryEpisodes`.
-
-    Real data has no reward, critic value or expert flag: they are zeros and False (weight 0 in the dynamics-only
-    loss). `episode` is unique across runs. Raises BagError (naming the bag and topic) before returning anything.
-    """
-    out: list[dict[str, np.ndarray]] = []
-    widths: dict[str, tuple[int, Path]] = {}
-    for bag in bags:
-        path = Path(bag)
-        base = episode_id_base(path)
-        for episode in read_episodes(path):
-            n = len(episode["proprio"])
-            for key, topic in (
-                ("proprio", schema.OBSERVATION),
-                ("action", schema.ACTION),
-                ("command", schema.COMMAND),
-            ):
-                width = episode[key].shape[1]
-                first = widths.setdefault(key, (width, path))
-                if first[0] != width:
-                    raise BagError(f"{path}: topic {topic} has {width} values, {first[1]} has {first[0]}")
-            out.append(
-                {
-                    "proprio": episode["proprio"],
-                    "action": episode["action"],
-                    "command": episode["command"],
-                    "reward": np.zeros(n, np.float32),
-                    "value": np.zeros(n, np.float32),
-                    "expert_flag": np.zeros(n, bool),
-                    "episode": np.full(n, base + stretch_id(episode), np.int64),
-                    "step": episode["step"].astype(np.int32),
-                    "timestamp_ns": episode["timestamp_ns"],
-                }
-            )
-    return out
-
-
-def check_dims(episodes: list[dict[str, np.ndarray]], model: WorldModel, bags: Sequence[str | Path]) -> None:
-    wanted = {
-        "proprio": (model.obs_dim, schema.OBSERVATION),
-        "action": (model.act_dim, schema.ACTION),
-        "command": (model.cmd_dim, schema.COMMAND),
-    }
-    for key, (dim, topic) in wanted.items():
-        width = episodes[0][key].shape[1]
-        if width != dim:
-            raise BagError(f"{Path(bags[0])}: topic {topic} has {width} values, the model takes {dim}")
-
-
-def minutes_of_data(episodes: list[dict[str, np.ndarray]]) -> float:
-    """Robot minutes in the episodes (steps times the median control period of the logged timestamps)."""
-    steps = sum(len(e["proprio"]) for e in episodes)
-    gaps = np.concatenate(
-        [np.diff(e["timestamp_ns"]) for e in episodes if len(e["timestamp_ns"]) > 1] or [[0]]
-    )
-    return steps * float(np.median(gaps)) / 1e9 / 60.0
-
-
-DECIDE_SALT = 0x5DEECE66D  # a second, independent hash of the episode ids for the gate's own split
-
-
-def split_real(
-    episodes: list[dict[str, np.ndarray]], fraction: float
-) -> tuple[InMemoryEpisodes, np.ndarray, np.ndarray, np.ndarray]:
-    """(source, train, select, decide positions): three disjoint sets of whole episodes.
-
-    `select` picks the best step (early stopping); `decide` is only used by the gate, so "held-out error went
-    down" is never measured on the windows that chose the checkpoint. Each gets about `fraction` of the episodes
-    and at least one; with fewer than three episodes the longest is cut in two until there are three.
-    """
-    episodes = [
-        e for e in episodes if len(e["proprio"]) >= 2
-    ]  # a single step (a stretch between gaps) has no window
-    if not episodes:
-        raise BagError("too little data to hold out: no episode of two steps or more")
-    while len(episodes) < 3:
-        longest = max(range(len(episodes)), key=lambda i: len(episodes[i]["proprio"]))
-        e = episodes.pop(longest)
-        cut = len(e["proprio"]) // 2
-        if cut < 2 or len(e["proprio"]) - cut < 2:
-            raise BagError("too little data to hold out: fewer than three episodes of a few steps")
-        head = {k: v[:cut] for k, v in e.items()}
-        tail = {k: v[cut:] for k, v in e.items()}
-        tail["episode"] = tail["episode"] + (1 << 19)  # below the next run's id base
-        episodes += [head, tail]
-    source = InMemoryEpisodes(episodes)
-    ids = source.episode_ids()
-    select = held_out(ids, fraction)
-    rest = np.flatnonzero(~select)
-    decide = np.zeros_like(select)
-    decide[rest] = held_out(ids[rest] ^ DECIDE_SALT, fraction * len(ids) / len(rest))
-    if decide[rest].all():
-        decide[rest[-1]] = False
-    return source, np.flatnonzero(~select & ~decide), np.flatnonzero(select), np.flatnonzero(decide)
-
-
-# -- the loss ------------------------------------------------------------------------------------------------------
-
-
-def _context_and_target(model: WorldModel, batch: WindowBatch) -> tuple[Context, torch.Tensor]:
-    """The windows' context (the frozen encoder's: no gradient) and the target E(o(t+1..t+T)), detached."""
-    n = model.normalizer
-    with torch.no_grad():
-        latent = model.encoder(n.normalize("obs", batch.obs), batch.image)
-        past = model.encoder.proprio(n.normalize("obs", batch.obs_hist))
-        tokens, key_mask = model.history_tokens(
-            past, n.normalize("action", batch.act_hist), batch.hist_mask.bool(), latent
-        )
-        target = model.encoder(n.normalize("obs", batch.future_obs), batch.future_image)
-    return Context(latent, tokens, key_mask, model.dynamics.cross_kv(tokens), []), target
-
-
-def latent_predictions(model: WorldModel, batch: WindowBatch) -> tuple[torch.Tensor, torch.Tensor]:
-    """(predicted z_hat(t+1..t+T), target E(o(t+1..t+T))), each (B, T, D); an ensemble predicts its mean.
-
-    Gradients reach only the dynamics (the cross-attention K/V are the dynamics' own projections of the frozen
-    context); the target is detached, as in pretraining.
-    """
-    ctx, target = _context_and_target(model, batch)
-    return model._predict(ctx, model.normalizer.normalize("action", batch.actions)), target
-
-
-def latent_errors(model: WorldModel, batch: WindowBatch) -> torch.Tensor:
-    """(B, T) squared latent error per future step."""
-    predicted, target = latent_predictions(model, batch)
-    return (predicted - target).pow(2).mean(-1)
-
-
-def training_loss(model: WorldModel, batch: WindowBatch, generator: torch.Generator) -> torch.Tensor:
-    """The latent-consistency loss every dynamics member trains on.
-
-    One member: the masked mean squared error. An ensemble: each member's own error, each window weighted by a
-    Poisson(1) draw per member (the online bootstrap), so the members see different resamples of the data and
-    keep disagreeing where the data say nothing.
-    """
-    dynamics = model.dynamics
-    if dynamics.members == 1:
-        return masked_mean(latent_errors(model, batch), batch)
-    ctx, target = _context_and_target(model, batch)
-    members = dynamics.member_predictions(
-        ctx.latent, model.normalizer.normalize("action", batch.actions), ctx.dynamics_kv, ctx.key_mask
-    )
-    errors = (members - target).pow(2).mean(-1)  # (K, B, T)
-    rate = torch.ones(errors.shape[:2])
-    weights = torch.poisson(rate, generator=generator)[..., None] * batch.future_mask.float()
-    return ((errors * weights).sum((1, 2)) / weights.sum((1, 2)).clamp_min(1.0)).mean()
-
-
-def masked_mean(errors: torch.Tensor, batch: WindowBatch) -> torch.Tensor:
-    mask = batch.future_mask.float()
-    return (errors * mask).sum() / mask.sum().clamp_min(1.0)
-
-
-class FullFinetuneLoss:
-    """The full-finetuning baseline's loss: latent consistency against an EMA target encoder, plus the starting
-    model's reward, value and policy outputs on the same windows as anchors (so that what the heads read from the
-    encoder is not simply forgotten), all in normalised units."""
-
-    def __init__(self, model: WorldModel, options: FinetuneOptions) -> None:
-        self.teacher = copy.deepcopy(model).eval().requires_grad_(False)
-        self.target = copy.deepcopy(model.encoder).eval().requires_grad_(False)
-        self.decay, self.anchor = options.target_ema, options.anchor_weight
-
-    def __call__(self, model: WorldModel, batch: WindowBatch) -> torch.Tensor:
-        out = model(batch)
-        n = model.normalizer
-        with torch.no_grad():
-            target = self.target(n.normalize("obs", batch.future_obs), batch.future_image)
-            taught = self.teacher(batch) if self.anchor > 0 else None
-        loss = masked_mean((out["latent"] - target).pow(2).mean(-1), batch)
-        if taught is not None:
-            anchors = sum(F.mse_loss(out[k], taught[k]) for k in ("reward", "value", "action"))
-            loss = loss + self.anchor * anchors
-        return loss
-
-    @torch.no_grad()
-    def update_target(self, model: WorldModel) -> None:
-        for t, s in zip(self.target.parameters(), model.encoder.parameters(), strict=True):
-            t.lerp_(s, 1.0 - self.decay)
 
 
 def _concat(a: WindowBatch, b: WindowBatch) -> WindowBatch:

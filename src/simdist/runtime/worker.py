@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from simdist.errors import SimdistError
-from simdist.runtime.finetune import FinetuneOptions
+from simdist.runtime.finetune_options import FinetuneOptions
 
 
 class FinetuneError(SimdistError):

@@ -22,7 +22,8 @@ from simdist.bags.reader import read_topics
 from simdist.bags.writer import RUN_PREFIX
 from simdist.errors import BagError, CheckpointError, SimdistError
 from simdist.model.checkpoint import version_label
-from simdist.runtime.finetune import add_option_arguments, finetune, options_from_args
+from simdist.runtime.finetune import finetune
+from simdist.runtime.finetune_options import add_option_arguments, options_from_args
 from simdist.runtime.realtime import yield_to_control
 
 DEFAULT_BAG_DIR = "runs/bags"

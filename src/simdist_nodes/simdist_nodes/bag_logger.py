@@ -54,7 +54,7 @@ def _header_ns(msg: Any) -> int | None:
 class TickLogger:
     """Args:
     bag_dir: the folder whose next run_NN gets this run (created on the first write, so an idle stack writes none).
-    robot: "go2" or "ur5e"; joint_names: written when the state carries none.
+    robot: the task's robot (`simdist.robots` name); joint_names: written when the state carries none.
     camera: also log /simdist/camera/image_raw. storage, distro: as for BagWriter. info: run_start fields.
     max_pending: a tick still incomplete this many ticks behind the newest is declared lost.
     """

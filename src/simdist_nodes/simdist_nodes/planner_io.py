@@ -35,7 +35,7 @@ class TopicRobot:
     """The latest state, task command and episode ends the robot node published, behind the `Robot` protocol.
 
     Args:
-        robot: "go2" or "ur5e" (which topics make a state).
+        robot: the task's robot (`simdist.robots` name): which topics make a state.
         joint_names, control_hz: as the robot reports them.
         clock: the deploy loop's clock (time.monotonic): a state's timestamp is when its oldest part arrived.
     """

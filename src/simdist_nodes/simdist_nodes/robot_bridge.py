@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 class RobotBridge:
     """Args:
     robot: a `Robot` (started already when it runs in real time).
-    robot_kind: "go2" or "ur5e".
+    robot_kind: the task's robot (`simdist.robots` name).
     actuator: from `simdist.runtime.deploy.make_actuator` (SimActuator, or joint targets / servoL on hardware).
     command: the task command now (a SimRobot's episode command, or the fixed one given to a hardware run).
     watchdog_s: hold the robot when no command came for this long.

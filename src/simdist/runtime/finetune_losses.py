@@ -1,0 +1,96 @@
+"""What finetuning minimises: latent consistency of the predicted latents against the frozen encoder's (dynamics
+only, as in pretraining), and for the full-finetuning baseline an EMA target encoder with the starting model's
+heads as anchors."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+
+from simdist.data.windows import WindowBatch
+from simdist.model.world_model import Context, WorldModel
+from simdist.runtime.finetune_options import FinetuneOptions
+
+
+def _context_and_target(model: WorldModel, batch: WindowBatch) -> tuple[Context, torch.Tensor]:
+    """The windows' context (the frozen encoder's: no gradient) and the target E(o(t+1..t+T)), detached."""
+    n = model.normalizer
+    with torch.no_grad():
+        latent = model.encoder(n.normalize("obs", batch.obs), batch.image)
+        past = model.encoder.proprio(n.normalize("obs", batch.obs_hist))
+        tokens, key_mask = model.history_tokens(
+            past, n.normalize("action", batch.act_hist), batch.hist_mask.bool(), latent
+        )
+        target = model.encoder(n.normalize("obs", batch.future_obs), batch.future_image)
+    return Context(latent, tokens, key_mask, model.dynamics.cross_kv(tokens), []), target
+
+
+def latent_predictions(model: WorldModel, batch: WindowBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(predicted z_hat(t+1..t+T), target E(o(t+1..t+T))), each (B, T, D); an ensemble predicts its mean.
+
+    Gradients reach only the dynamics (the cross-attention K/V are the dynamics' own projections of the frozen
+    context); the target is detached, as in pretraining.
+    """
+    ctx, target = _context_and_target(model, batch)
+    return model._predict(ctx, model.normalizer.normalize("action", batch.actions)), target
+
+
+def latent_errors(model: WorldModel, batch: WindowBatch) -> torch.Tensor:
+    """(B, T) squared latent error per future step."""
+    predicted, target = latent_predictions(model, batch)
+    return (predicted - target).pow(2).mean(-1)
+
+
+def training_loss(model: WorldModel, batch: WindowBatch, generator: torch.Generator) -> torch.Tensor:
+    """The latent-consistency loss every dynamics member trains on.
+
+    One member: the masked mean squared error. An ensemble: each member's own error, each window weighted by a
+    Poisson(1) draw per member (the online bootstrap), so the members see different resamples of the data and
+    keep disagreeing where the data say nothing.
+    """
+    dynamics = model.dynamics
+    if dynamics.members == 1:
+        return masked_mean(latent_errors(model, batch), batch)
+    ctx, target = _context_and_target(model, batch)
+    members = dynamics.member_predictions(
+        ctx.latent, model.normalizer.normalize("action", batch.actions), ctx.dynamics_kv, ctx.key_mask
+    )
+    errors = (members - target).pow(2).mean(-1)  # (K, B, T)
+    rate = torch.ones(errors.shape[:2])
+    weights = torch.poisson(rate, generator=generator)[..., None] * batch.future_mask.float()
+    return ((errors * weights).sum((1, 2)) / weights.sum((1, 2)).clamp_min(1.0)).mean()
+
+
+def masked_mean(errors: torch.Tensor, batch: WindowBatch) -> torch.Tensor:
+    mask = batch.future_mask.float()
+    return (errors * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+class FullFinetuneLoss:
+    """The full-finetuning baseline's loss: latent consistency against an EMA target encoder, plus the starting
+    model's reward, value and policy outputs on the same windows as anchors (so that what the heads read from the
+    encoder is not simply forgotten), all in normalised units."""
+
+    def __init__(self, model: WorldModel, options: FinetuneOptions) -> None:
+        self.teacher = copy.deepcopy(model).eval().requires_grad_(False)
+        self.target = copy.deepcopy(model.encoder).eval().requires_grad_(False)
+        self.decay, self.anchor = options.target_ema, options.anchor_weight
+
+    def __call__(self, model: WorldModel, batch: WindowBatch) -> torch.Tensor:
+        out = model(batch)
+        n = model.normalizer
+        with torch.no_grad():
+            target = self.target(n.normalize("obs", batch.future_obs), batch.future_image)
+            taught = self.teacher(batch) if self.anchor > 0 else None
+        loss = masked_mean((out["latent"] - target).pow(2).mean(-1), batch)
+        if taught is not None:
+            anchors = sum(F.mse_loss(out[k], taught[k]) for k in ("reward", "value", "action"))
+            loss = loss + self.anchor * anchors
+        return loss
+
+    @torch.no_grad()
+    def update_target(self, model: WorldModel) -> None:
+        for t, s in zip(self.target.parameters(), model.encoder.parameters(), strict=True):
+            t.lerp_(s, 1.0 - self.decay)
