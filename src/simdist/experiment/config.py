@@ -13,6 +13,10 @@ from simdist.runtime.finetune_options import FinetuneOptions
 
 METHODS = ("zero_shot", "simdist", "full_finetune", "rl_finetune", "oracle")
 
+EVAL_SEED = 10_000  # + seed: the same evaluation episodes for every method of a seed
+HELDOUT_SEED = 20_000  # the held-out simulation rollouts of the prediction view
+PROBE_SEED = 30_000  # the velocity probe's rollouts
+
 
 @dataclass(frozen=True)
 class OracleConfig:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -20,12 +20,17 @@ import torch
 from simdist import robots
 from simdist.data.dataset import InMemoryEpisodes
 from simdist.data.windows import WindowSampler
+from simdist.experiment.config import HELDOUT_SEED, PROBE_SEED
 from simdist.experiment.report import save_png
 from simdist.experts.policy import Expert
 from simdist.model.world_model import WorldModel
 from simdist.runtime.finetune_losses import latent_predictions
 from simdist.sim import make_env
 from simdist.sim.config import TaskConfig
+from simdist.train.evaluate import latent_by_horizon_plot
+
+if TYPE_CHECKING:
+    from simdist.experiment.run import Run
 from simdist.train.evaluate import heldout_latent_error
 
 
@@ -255,3 +260,74 @@ def slip_view(
         "probe_r2": probe.r2,
         "png": out.name,
     }
+
+
+# -- the experiment's prediction view ---------------------------------------------------------------------------
+def write_view(run: Run, base: Path) -> None:
+    """Latent error by horizon before and after adaptation (seed 0), and the Go2 slip plot."""
+    from simdist.experiment import prediction as pv
+    from simdist.model.checkpoint import load_checkpoint
+
+    p = run.ecfg.prediction
+    seed0 = run.out / f"seed_{run.result.seeds[0]}"
+    last = f"{run.result.points[-1]:g} min"
+    models = {"pretrained (0 min)": load_checkpoint(base)}
+    for method in ("simdist", "full_finetune"):
+        # full finetuning writes a new model per published round (model_NN); the last one is where it ended
+        folders = sorted((seed0 / method).glob("model_*")) or [seed0 / method / "model"]
+        if folders[-1].is_dir():
+            models[f"{method} ({last})"] = load_checkpoint(folders[-1])
+    if (seed0 / "oracle" / "model").is_dir():
+        models["oracle pretrained (0 min)"] = load_checkpoint(Path(run.result.settings["oracle_model"]))
+        models[f"oracle ({last})"] = load_checkpoint(seed0 / "oracle" / "model")
+    with run.timed("prediction view", "latent error"):
+        curves = {
+            name: pv.latent_error_by_horizon(m, run.heldout, windows=p.windows) for name, m in models.items()
+        }
+    latent_by_horizon_plot(
+        curves,
+        run.out / "latent_error_by_horizon.png",
+        title=f"held-out latent error by horizon, seed {run.result.seeds[0]}",
+        log_scale=True,
+        figsize=(7, 4.5),
+        legend_fontsize=7,
+    )
+    view: dict[str, Any] = {
+        "heldout": (
+            f"{run.heldout.steps} steps ({len(run.heldout.episodes)} episodes) of the expert's final policy on "
+            f"sim:{run.profile}, {p.heldout_envs} environments x {p.heldout_seconds:g} s, seed {HELDOUT_SEED}; "
+            "no method trains on them"
+        ),
+        "latent_by_horizon": curves,
+    }
+    if run.heldout.velocity is not None:  # robots whose env exposes the base velocity (the Go2)
+        with run.timed("prediction view", "velocity probe"):
+            sim = pv.expert_rollouts(
+                run.cfg,
+                "sim",
+                run.expert,
+                num_envs=p.probe_envs,
+                seconds=p.probe_seconds,
+                seed=PROBE_SEED,
+                randomize=True,
+            )
+            probe = pv.fit_probe(models["pretrained (0 min)"], sim, ridge=p.ridge)
+            slip_models = {
+                k: m for k, m in models.items() if not k.startswith(("full_finetune", "oracle pretrained"))
+            }
+            view["slip"] = pv.slip_view(
+                slip_models,
+                probe,
+                run.heldout,
+                k=p.probe_step,
+                window_s=p.slip_window_s,
+                control_hz=run.cfg.control_hz,
+                out=run.out / "slip_velocity.png",
+            )
+        view["probe"] = (
+            f"A linear probe (ridge {p.ridge:g}) from the pretrained encoder's latent E(o_t) to the true body-frame "
+            f"base velocity, fitted on {sim.steps} steps of expert rollouts in simulation under the pretraining "
+            "randomisation; the plot applies it to latents the dynamics predicted k steps earlier. The dynamics-only "
+            "methods keep the pretrained encoder, so the one probe reads all of them; full finetuning is left out."
+        )
+    run.result.prediction = view

@@ -15,7 +15,6 @@ import argparse
 import contextlib
 import dataclasses
 import shlex
-import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -26,24 +25,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from simdist import atomic, robots
+from simdist import robots
 from simdist.cli import add_overrides_argument
 from simdist.errors import ConfigError
+from simdist.experiment import prediction
 from simdist.experiment.config import (
+    EVAL_SEED,
+    HELDOUT_SEED,
     ExperimentConfig,
     budget_steps,
-    increments,
     load_experiment_config,
     parse_points,
-    rl_geometry,
 )
+from simdist.experiment.methods import Track, copy_model, oracle_folder, rl_method, world_model_methods
 from simdist.experiment.report import ExperimentResult, PointResult, write_outputs
 from simdist.sim.config import TaskConfig, load_task
-from simdist.train.evaluate import latent_by_horizon_plot
-
-EVAL_SEED = 10_000  # + seed: the same evaluation episodes for every method of a seed
-HELDOUT_SEED = 20_000
-PROBE_SEED = 30_000
 
 
 def episode_stats(ended: list[dict[str, Any]], metric_key: str) -> dict[str, Any]:
@@ -59,19 +55,7 @@ def episode_stats(ended: list[dict[str, Any]], metric_key: str) -> dict[str, Any
 
 
 @dataclass
-class _Track:
-    """A world-model method's working checkpoint (a copy of its starting model) and its counters."""
-
-    method: str
-    folder: Path
-    trainable: str
-    steps: int = 0
-    data_steps: int = 0
-    note: str = ""
-
-
-@dataclass
-class _Run:
+class Run:
     task: str
     profile: str
     cfg: TaskConfig
@@ -127,229 +111,6 @@ class _Run:
         return float(np.mean(errors))
 
 
-def _copy_model(source: Path, dest: Path) -> Path:
-    ignore = shutil.ignore_patterns("reports", "tb", "eval", atomic.TMP_PATTERN, "optimizer.safetensors")
-    return Path(shutil.copytree(source, dest, ignore=ignore))
-
-
-def _world_model_methods(
-    run: _Run, seed: int, lead: _Track, followers: list[_Track], zero: tuple[float, list[float]] | None
-) -> None:
-    """Collect with `lead`'s current model; finetune `lead` and every follower on all the data so far; evaluate.
-
-    `zero` is the zero-shot value of the lead's starting model (reused at a point without data, when known).
-    """
-    from simdist.model.checkpoint import current_version, version_label
-    from simdist.runtime.deploy import run_deploy
-    from simdist.runtime.finetune import finetune
-    from simdist.runtime.real_data import real_episodes
-
-    ecfg, result = run.ecfg, run.result
-    tracks = [lead, *followers]
-    bags: list[Path] = []
-    steps = result.budget
-    for i, (minutes, increment) in enumerate(zip(result.points, increments(steps), strict=True)):
-        if increment > 0:
-            run.log(f"seed {seed}, {lead.method}: collecting {increment} steps ({minutes:g} min in all)")
-            with run.timed(lead.method, "collect"):
-                deployed = run_deploy(
-                    run.cfg,
-                    f"sim:{run.profile}",
-                    lead.folder,
-                    ticks=increment,
-                    bag_dir=run.out / f"seed_{seed}" / lead.method / "bags",
-                    overrides=run.overrides,
-                    planner=ecfg.planner,
-                    planner_overrides=ecfg.planner_overrides,
-                    seed=1000 * seed + i,
-                )
-            assert deployed.bag is not None
-            bags.append(deployed.bag)
-            lead.steps += deployed.stats.ticks
-            data_steps = sum(len(e["proprio"]) for e in real_episodes(bags))
-            for track in tracks:
-                track.steps, track.data_steps = lead.steps, data_steps
-                with run.timed(track.method, "finetune"):
-                    report = finetune(
-                        track.folder,
-                        bags,
-                        ecfg.finetune_options(trainable=track.trainable, seed=seed),
-                        out=track.folder.parent / f"model_{i:02d}" if track.trainable == "all" else None,
-                    )
-                track.folder = Path(report.model)  # full finetuning's new model of its own, else the same
-                track.note = "" if report.published else "gate refused: kept the previous version"
-        for track in tracks:
-            if track.steps == 0 and zero is not None:
-                # no data yet: the starting model, already evaluated on the same episodes
-                value, episodes = zero
-            else:
-                with run.timed(track.method, "evaluate"):
-                    value, episodes = run.evaluate_model(track.folder, seed)
-            with run.timed("prediction view", "latent error"):
-                latent = run.heldout_error(track.folder)
-            run.record(
-                PointResult(
-                    method=track.method,
-                    seed=seed,
-                    minutes=minutes,
-                    steps=track.steps,
-                    metric=result.metric,
-                    performance=value,
-                    episodes=episodes,
-                    latent_error=latent,
-                    data_steps=track.data_steps,
-                    version=version_label(current_version(track.folder)),
-                    note=track.note,
-                ),
-                f"seed {seed}, {track.method} at {minutes:g} min: {value:.3f}",
-            )
-
-
-def _rl_method(run: _Run, seed: int) -> None:
-    from simdist.experiment.rl import RlFinetuner
-    from simdist.experts.config import load_expert_config
-
-    ecfg, result = run.ecfg, run.result
-    preset = load_expert_config(ecfg.rl.expert_preset, dict(ecfg.rl.overrides))
-    steps = increments(result.budget)
-    num_envs, steps_per_env = rl_geometry(steps, preset.num_envs, preset.steps_per_env)
-    result.settings["rl_geometry"] = f"{num_envs} x {steps_per_env}"
-    evaluation = robots.get(run.cfg.robot).evaluation(run.cfg, ecfg.eval_episodes)
-    count, key = evaluation.episodes, evaluation.metric_key
-    folder = run.out / f"seed_{seed}" / "rl_finetune"
-    folder.mkdir(parents=True, exist_ok=True)
-    with run.timed("rl_finetune", "train"):
-        tuner = RlFinetuner.create(
-            run.cfg,
-            run.profile,
-            run.expert,
-            expert_preset=ecfg.rl.expert_preset,
-            num_envs=num_envs,
-            steps_per_env=steps_per_env,
-            seed=seed,
-            expert_overrides=dict(ecfg.rl.overrides),
-        )
-    try:
-        for i, (minutes, increment) in enumerate(zip(result.points, steps, strict=True)):
-            with run.timed("rl_finetune", "train"):
-                iterations = tuner.train(increment)
-            with run.timed("rl_finetune", "evaluate"):
-                episodes = tuner.evaluate(run.cfg, run.profile, count, EVAL_SEED + seed)
-            tuner.save_actor(folder / f"actor_{i:02d}.safetensors")
-            values = [float(e[key]) for e in episodes]
-            value = float(np.mean(values))
-            run.record(
-                PointResult(
-                    method="rl_finetune",
-                    seed=seed,
-                    minutes=minutes,
-                    steps=tuner.env.env_steps,
-                    metric=result.metric,
-                    performance=value,
-                    episodes=values,
-                    note=f"{iterations} PPO iterations",
-                ),
-                f"seed {seed}, rl_finetune at {minutes:g} min: {value:.3f}",
-            )
-    finally:
-        tuner.close()
-
-
-def _oracle_model(run: _Run, oracle_model: Path | None) -> Path:
-    from simdist.experiment.oracle import oracle_randomisation, pretrain_pipeline
-
-    widened = oracle_randomisation(run.cfg, run.profile)
-    run.result.settings["oracle_randomisation"] = widened
-    if oracle_model is not None:
-        run.result.settings["oracle_model"] = str(oracle_model)
-        return oracle_model
-    o = run.ecfg.oracle
-    run.log(f"oracle: generating data and pretraining with {widened}")
-    with run.timed("oracle", "pretrain"):
-        model = pretrain_pipeline(
-            run.task,
-            run.expert,
-            run.out / "oracle_pretrain",
-            data_preset=o.data_preset,
-            train_preset=o.train_preset,
-            overrides={**run.overrides, **widened},
-            data_overrides=o.data_overrides,
-            train_overrides=o.train_overrides,
-        )
-    run.result.settings["oracle_model"] = str(model)
-    return model
-
-
-def _prediction_view(run: _Run, base: Path) -> None:
-    """Latent error by horizon before and after adaptation (seed 0), and the Go2 slip plot."""
-    from simdist.experiment import prediction as pv
-    from simdist.model.checkpoint import load_checkpoint
-
-    p = run.ecfg.prediction
-    seed0 = run.out / f"seed_{run.result.seeds[0]}"
-    last = f"{run.result.points[-1]:g} min"
-    models = {"pretrained (0 min)": load_checkpoint(base)}
-    for method in ("simdist", "full_finetune"):
-        # full finetuning writes a new model per published round (model_NN); the last one is where it ended
-        folders = sorted((seed0 / method).glob("model_*")) or [seed0 / method / "model"]
-        if folders[-1].is_dir():
-            models[f"{method} ({last})"] = load_checkpoint(folders[-1])
-    if (seed0 / "oracle" / "model").is_dir():
-        models["oracle pretrained (0 min)"] = load_checkpoint(Path(run.result.settings["oracle_model"]))
-        models[f"oracle ({last})"] = load_checkpoint(seed0 / "oracle" / "model")
-    with run.timed("prediction view", "latent error"):
-        curves = {
-            name: pv.latent_error_by_horizon(m, run.heldout, windows=p.windows) for name, m in models.items()
-        }
-    latent_by_horizon_plot(
-        curves,
-        run.out / "latent_error_by_horizon.png",
-        title=f"held-out latent error by horizon, seed {run.result.seeds[0]}",
-        log_scale=True,
-        figsize=(7, 4.5),
-        legend_fontsize=7,
-    )
-    view: dict[str, Any] = {
-        "heldout": (
-            f"{run.heldout.steps} steps ({len(run.heldout.episodes)} episodes) of the expert's final policy on "
-            f"sim:{run.profile}, {p.heldout_envs} environments x {p.heldout_seconds:g} s, seed {HELDOUT_SEED}; "
-            "no method trains on them"
-        ),
-        "latent_by_horizon": curves,
-    }
-    if run.heldout.velocity is not None:  # robots whose env exposes the base velocity (the Go2)
-        with run.timed("prediction view", "velocity probe"):
-            sim = pv.expert_rollouts(
-                run.cfg,
-                "sim",
-                run.expert,
-                num_envs=p.probe_envs,
-                seconds=p.probe_seconds,
-                seed=PROBE_SEED,
-                randomize=True,
-            )
-            probe = pv.fit_probe(models["pretrained (0 min)"], sim, ridge=p.ridge)
-            slip_models = {
-                k: m for k, m in models.items() if not k.startswith(("full_finetune", "oracle pretrained"))
-            }
-            view["slip"] = pv.slip_view(
-                slip_models,
-                probe,
-                run.heldout,
-                k=p.probe_step,
-                window_s=p.slip_window_s,
-                control_hz=run.cfg.control_hz,
-                out=run.out / "slip_velocity.png",
-            )
-        view["probe"] = (
-            f"A linear probe (ridge {p.ridge:g}) from the pretrained encoder's latent E(o_t) to the true body-frame "
-            f"base velocity, fitted on {sim.steps} steps of expert rollouts in simulation under the pretraining "
-            "randomisation; the plot applies it to latents the dynamics predicted k steps earlier. The dynamics-only "
-            "methods keep the pretrained encoder, so the one probe reads all of them; full finetuning is left out."
-        )
-    run.result.prediction = view
-
-
 def run_experiment(
     task: str,
     profile: str,
@@ -398,13 +159,13 @@ def run_experiment(
         "experiment": dataclasses.asdict(ecfg),
         "evaluation_seed": f"{EVAL_SEED} + seed",
     }
-    run = _Run(task, profile, cfg, ecfg, overrides, out, expert, log or (lambda m: None), result)
+    run = Run(task, profile, cfg, ecfg, overrides, out, expert, log or (lambda m: None), result)
     p = ecfg.prediction
     with run.timed("prediction view", "held-out rollouts"):
         run.heldout = expert_rollouts(
             cfg, profile, expert, num_envs=p.heldout_envs, seconds=p.heldout_seconds, seed=HELDOUT_SEED
         )
-    oracle = _oracle_model(run, oracle_model) if "oracle" in ecfg.methods else None
+    oracle = oracle_folder(run, oracle_model) if "oracle" in ecfg.methods else None
     if "rl_finetune" in ecfg.methods:
         from simdist.experts.policy import actor_file, read_manifest
 
@@ -444,17 +205,17 @@ def run_experiment(
         lead_methods = [m for m in ("simdist", "full_finetune") if m in ecfg.methods]
         if lead_methods:
             tracks = [
-                _Track(m, _copy_model(model, root / m / "model"), "dynamics" if m == "simdist" else "all")
+                Track(m, copy_model(model, root / m / "model"), "dynamics" if m == "simdist" else "all")
                 for m in lead_methods
             ]
             # full finetuning trains on simdist's bags; alone, it collects its own with its current model
-            _world_model_methods(run, seed, tracks[0], tracks[1:], zero)
+            world_model_methods(run, seed, tracks[0], tracks[1:], zero)
         if oracle is not None:
-            track = _Track("oracle", _copy_model(oracle, root / "oracle" / "model"), "dynamics")
-            _world_model_methods(run, seed, track, [], None)
+            track = Track("oracle", copy_model(oracle, root / "oracle" / "model"), "dynamics")
+            world_model_methods(run, seed, track, [], None)
         if "rl_finetune" in ecfg.methods and "rl_finetune" not in result.skipped:
-            _rl_method(run, seed)
-    _prediction_view(run, model)
+            rl_method(run, seed)
+    prediction.write_view(run, model)
     write_outputs(result, out)
     return result
 
