@@ -164,7 +164,7 @@ def _run_launch_file(path: Path) -> Any:
 @pytest.mark.parametrize("task", ["ur5e_peg", "go2_slope", "go2_foam"])
 def test_task_launch_file_declares_and_forwards_every_stack_argument(task: str) -> None:
     from fake_launch import fake_launch
-    from simdist_bringup.stack import ARGUMENTS, REAL_PROFILE
+    from simdist_bringup.stack import ARGUMENTS
 
     with fake_launch():
         _, description = _run_launch_file(LAUNCH_DIR / f"{task}.launch.py")
@@ -172,7 +172,8 @@ def test_task_launch_file_declares_and_forwards_every_stack_argument(task: str) 
         a.args[0]: a.kwargs for a in description.args[0] if type(a).__name__ == "DeclareLaunchArgument"
     }
     assert set(declared) == {a.name for a in ARGUMENTS} - {"task"}
-    assert declared["profile"]["default_value"] == REAL_PROFILE[task]
+    real = {"ur5e_peg": "real", "go2_slope": "ptfe", "go2_foam": "foam"}[task]  # the calibrated profiles
+    assert declared["profile"]["default_value"] == real
     for name, kwargs in declared.items():
         assert len(kwargs["description"]) > 10, name
         if "choices" in kwargs:

@@ -45,3 +45,13 @@ def test_cli_bad_arguments_are_one_line_exit_2(capsys):
     assert err == [
         "simdist: error: unknown profile 'ice' for task go2_slope (valid: ptfe, ptfe_2026_11, ptfe_b, sim)"
     ]
+
+
+def test_real_profile_is_one_of_the_tasks_profiles():
+    assert [load_task(t).real_profile for t in ("go2_slope", "go2_foam", "ur5e_peg")] == [
+        "ptfe",
+        "foam",
+        "real",
+    ]
+    with pytest.raises(ConfigError, match=r"real_profile 'ice' of task go2_slope is not one of its profiles"):
+        load_task("go2_slope", {"real_profile": "ice"})

@@ -28,7 +28,6 @@ from simdist.sim.config import TaskConfig
 
 console = Console(stderr=True)
 # Real-world profile of each task: the expert is also evaluated there (that gap is what adaptation must close).
-REAL_PROFILE = {"go2_slope": "ptfe", "go2_foam": "foam", "ur5e_peg": "real"}
 
 
 def _manifest_base(cfg: TaskConfig, ecfg: ExpertConfig, preset: str, env: Any, kind: str) -> dict[str, Any]:
@@ -258,7 +257,7 @@ def train_expert(
     expert = Expert(out)
     manifest["evaluation"] = {
         profile: evaluate(expert.final.act, cfg, profile, ecfg.eval_episodes)
-        for profile in ("sim", REAL_PROFILE.get(cfg.task, "sim"))
+        for profile in dict.fromkeys(("sim", cfg.real_profile))
     }
     atomic_json(out / "manifest.json", manifest)
     return manifest

@@ -105,6 +105,8 @@ class TaskConfig:
     peg: PegConfig = field(default_factory=PegConfig)
     camera: CameraConfig = field(default_factory=CameraConfig)
     termination: dict[str, float] = field(default_factory=dict)
+    # the profile that stands in for the real robot (the calibrated one: `make run`, the launch files' default)
+    real_profile: str = "sim"
 
     @property
     def substeps(self) -> int:
@@ -163,6 +165,11 @@ def load_task(task: str, overrides: Mapping[str, Any] | None = None) -> TaskConf
     _check_params(task, "randomisation", cfg.randomisation)
     for name, values in cfg.profiles.items():
         _check_params(task, f"profiles.{name}", values)
+    if cfg.real_profile not in cfg.profiles:
+        raise ConfigError(
+            f"real_profile '{cfg.real_profile}' of task {task} is not one of its profiles "
+            f"(valid: {', '.join(sorted(cfg.profiles))})"
+        )
     for name, bounds in cfg.randomisation.items():
         if len(bounds) != 2 or bounds[0] > bounds[1]:
             raise ConfigError(f"randomisation.{name} must be [low, high] with low <= high, got {bounds}")

@@ -10,9 +10,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-TASKS = ("ur5e_peg", "go2_slope", "go2_foam")
-# The profile each task's launch file emulates the real robot with (the task YAML's calibrated "real" profile).
-REAL_PROFILE = {"ur5e_peg": "real", "go2_slope": "ptfe", "go2_foam": "foam"}
+from simdist.sim.config import load_task, task_files
+
+TASKS = tuple(task_files())  # every task of config/tasks (and of registered robots)
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,9 @@ def task_arguments(task: str) -> tuple[Argument, ...]:
             continue
         if arg.name == "profile":
             arg = Argument(
-                "profile", REAL_PROFILE[task], f"{arg.description}; default: the task's real-world one"
+                "profile",
+                load_task(task).real_profile,
+                f"{arg.description}; default: the task's real-world one",
             )
         out.append(arg)
     return tuple(out)
@@ -101,8 +103,6 @@ def stack_nodes(values: dict[str, str], *, robot_kind: str | None = None) -> lis
             raise ValueError(f"launch argument {arg.name}:={value} (valid: {', '.join(arg.choices)})")
     task = given["task"]
     if robot_kind is None:
-        from simdist.sim.config import load_task
-
         robot_kind = load_task(task).robot
     kind = robot_kind
     model_dir = given["model_dir"] or os.path.join(os.environ.get("SIMDIST_MODELS_DIR", "models"), task)
