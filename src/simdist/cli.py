@@ -17,6 +17,10 @@ VERBS: dict[str, tuple[str, str]] = {
     "data": ("simdist.data.commands", "generate the pretraining corpus"),
     "train": ("simdist.train.commands", "pretrain or evaluate the world model"),
     "deploy": ("simdist.runtime.deploy", "run the planner on a robot (default sim:PROFILE) and log a bag"),
+    "emulate": (
+        "simdist.robots.emulate",
+        "a task's robot simulated behind its own hardware protocol (Go2: DDS)",
+    ),
     "finetune": (
         "simdist.runtime.finetune",
         "finetune the dynamics on run bags; publish a validated version",

@@ -144,6 +144,11 @@ class RobotDescription:
         """Task actions -> this robot's commands on the hardware path (safety filter included)."""
         raise ConfigError(f"robot {self.name} has no hardware actuator (run it as sim:PROFILE)")
 
+    def emulator(self, cfg: TaskConfig, profile: str, address: str, *, seed: int = 0) -> Any:
+        """This robot simulated behind its own hardware protocol at `address` (what `connect` reaches), with
+        `serve(stop, seconds) -> summary` and `close()`; `simdist emulate` runs it."""
+        raise ConfigError(f"robot {self.name} has no emulator")
+
     def hold_action(self, last_action: np.ndarray | None, act_dim: int) -> np.ndarray:
         """The task action that keeps the robot where it is."""
         if self.holds_last_action and last_action is not None:

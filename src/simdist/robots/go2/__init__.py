@@ -140,6 +140,13 @@ class Go2(RobotDescription):
         iface, _, domain = address.partition(":")
         return Go2Robot.connect(iface or None, int(domain or 0), control_hz=cfg.control_hz)
 
+    def emulator(self, cfg: TaskConfig, profile: str, address: str, *, seed: int = 0) -> Any:
+        """The MuJoCo Go2 on rt/lowstate and rt/lowcmd at `IFACE[:DOMAIN]` (default lo:1)."""
+        from simdist.robots.go2.emulator import Go2Emulator
+
+        iface, _, domain = (address or "lo:1").partition(":")
+        return Go2Emulator(cfg, profile, iface=iface or "lo", domain=int(domain or 1), seed=seed)
+
     def actuator(self, robot: Any, cfg: TaskConfig, command: Callable[[], np.ndarray]) -> Actuator:
         from simdist.hardware.safety import SafetyFilter
         from simdist.runtime.actuation import JointActuator

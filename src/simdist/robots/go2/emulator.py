@@ -1,0 +1,182 @@
+"""The project's MuJoCo Go2 behind the real robot's DDS interface: `simdist emulate --task go2_slope --address lo:1`.
+
+It speaks what `Go2Robot` (and Unitree's own examples) speak: it subscribes to rt/lowcmd (`unitree_go` LowCmd_) and
+publishes rt/lowstate (LowState_) with the SDK's message types and CRC, on the given interface and DDS domain.
+A command with a bad CRC or header is ignored, as the robot ignores it, and counted. The motors follow the
+robot's command law, tau = kp (q_des - q) + kd (dq_des - dq) + tau_ff, on each of motors 0-11 in servo mode: the
+gains reach MuJoCo's position servos (scaled by the profile's kp_scale / kd_scale, as the simulator's own motors
+are) and tau_ff and kd * dq_des are applied as joint torques; kp 0 with kd > 0 is the damping mode. Everything else
+of the dynamics profile (friction, ground, latency, servo lag, sensor noise) is the simulator's, so a run against
+the emulator is the in-process `sim:PROFILE` run with the DDS transport and the real-time clock in between.
+
+What differs from a real Go2, stated: the physics advances one control period per step (not at the motors'
+kHz rate), so lowstate is published at the task's control rate rather than 500 Hz; foot forces are integers (the
+message's int16) in newtons; there is no sport mode to release (the adapter never asks for it). A real robot
+keeps walking where the task's episode would end on time, so the emulator's episodes end only on a fall (the
+robot is then set back on its feet at the start, which a real one is not; the controller is not told, as it is
+not on a robot). Measured against in-process real time: docs/results.md, "The Go2 emulator".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from simdist.hardware.sim_robot import SimRobot
+from simdist.hardware.state import RobotState
+from simdist.robots.go2.hardware import HEAD, LOWCMD_TOPIC, LOWSTATE_TOPIC, MODE_SERVO, NUM_MOTORS, _sdk
+from simdist.sim.config import TaskConfig
+
+RUN_FOREVER_S = 1e7  # an episode "time limit" no run reaches
+
+
+class Go2Emulator:
+    """One emulated Go2 on `iface` / `domain`; `serve()` runs it in real time until stopped.
+
+    Args:
+        cfg, profile, seed: the task, its dynamics profile and the simulator's seed (as `sim:PROFILE`).
+        commands: the task command of successive episodes (for the emulator's own episode metrics; default: the
+            middle evaluation speed, what a hardware run is commanded without --command).
+    """
+
+    def __init__(
+        self,
+        cfg: TaskConfig,
+        profile: str,
+        *,
+        iface: str = "lo",
+        domain: int = 1,
+        seed: int = 0,
+        commands: list[list[float]] | None = None,
+    ) -> None:
+        from simdist import robots
+
+        cfg = dataclasses.replace(
+            cfg, episode_seconds=RUN_FOREVER_S
+        )  # no reset on time: only a fall ends one
+        self.cfg = cfg
+        self.sdk = _sdk()
+        default = robots.get(cfg.robot).default_command(cfg).tolist()
+        self.robot = SimRobot(cfg, profile, seed=seed, commands=commands or [default])
+        self.period = 1.0 / float(cfg.control_hz)
+        self.iface, self.domain = iface, domain
+        self._lock = threading.Lock()
+        self._command: Any = None  # the latest valid LowCmd_
+        self.counts = {"lowcmd": 0, "bad_crc": 0, "bad_header": 0, "steps": 0, "late_steps": 0, "damping": 0}
+        self._tracking: list[float] = []  # per servo step: mean |q_des - q| over motors in servo with kp > 0
+        from unitree_sdk2py.idl.default import unitree_go_msg_dds__LowState_
+
+        self._state = unitree_go_msg_dds__LowState_()
+        self._state.head = list(HEAD)
+        self._publisher: Any = None
+        self._subscriber: Any = None
+
+    # -- DDS ------------------------------------------------------------------------------------------------------
+    def open(self) -> Go2Emulator:
+        self.sdk["init"](self.domain, self.iface)
+        self._publisher = self.sdk["Publisher"](LOWSTATE_TOPIC, self.sdk["LowState_"])
+        self._publisher.Init()
+        self._subscriber = self.sdk["Subscriber"](LOWCMD_TOPIC, self.sdk["LowCmd_"])
+        self._subscriber.Init(self._on_lowcmd, 10)
+        return self
+
+    def _on_lowcmd(self, msg: Any) -> None:
+        with self._lock:
+            self.counts["lowcmd"] += 1
+            if self.sdk["crc"].Crc(msg) != msg.crc:
+                self.counts["bad_crc"] += 1
+                return
+            if tuple(msg.head[:2]) != HEAD:
+                self.counts["bad_header"] += 1
+                return
+            self._command = msg
+
+    def _publish(self, state: RobotState) -> None:
+        msg = self._state
+        for i, motor in enumerate(msg.motor_state[:NUM_MOTORS]):
+            motor.mode = MODE_SERVO
+            motor.q = float(state.joint_positions[i])
+            motor.dq = float(state.joint_velocities[i])
+            motor.tau_est = float(state.joint_torques[i]) if state.joint_torques is not None else 0.0
+        imu = msg.imu_state
+        imu.quaternion = [float(v) for v in state.imu_quaternion]  # type: ignore[union-attr]
+        imu.gyroscope = [float(v) for v in state.imu_gyro]  # type: ignore[union-attr]
+        imu.accelerometer = [float(v) for v in state.imu_accel]  # type: ignore[union-attr]
+        msg.foot_force = [int(np.clip(round(float(f)), -32768, 32767)) for f in state.foot_forces]  # type: ignore[union-attr]
+        msg.tick = int(round(self.robot.sim_time * 1000.0)) & 0xFFFFFFFF
+        msg.crc = self.sdk["crc"].Crc(msg)
+        self._publisher.Write(msg)
+
+    # -- the motors' command law ------------------------------------------------------------------------------------
+    def _apply(self, command: Any) -> None:
+        """Motors 0-11 of the latest LowCmd_: servo targets and gains into the simulator, torques as joint forces."""
+        env = self.robot.env
+        model, data = env.models[0], env.datas[0]
+        motors = command.motor_cmd[:NUM_MOTORS]
+        servo = np.array([m.mode == MODE_SERVO for m in motors])
+        q = np.array([m.q for m in motors])
+        kp = np.where(servo, [m.kp for m in motors], 0.0)
+        kd = np.where(servo, [m.kd for m in motors], 0.0)
+        tau = np.where(servo, [m.tau + m.kd * m.dq for m in motors], 0.0)
+        params = {k: float(v[0]) for k, v in env.params.items()}
+        model.actuator_gainprm[:, 0] = kp * params["kp_scale"]
+        model.actuator_biasprm[:, 1] = -kp * params["kp_scale"]
+        model.actuator_biasprm[:, 2] = -kd * params["kd_scale"]
+        data.qfrc_applied[6:] = tau
+        if not np.any(kp > 0):
+            self.counts["damping"] += 1
+        # targets where kp > 0, else the measured position (no pull): the env's action is the targets' offset
+        targets = np.where(kp > 0, q, data.qpos[7:])
+        if np.any(kp > 0):
+            self._tracking.append(float(np.abs(q - data.qpos[7:])[kp > 0].mean()))
+        self.robot.send_action(env.joint_targets_action(0, targets))
+
+    def step(self) -> None:
+        """One control period: apply the latest command (or stand while none came), step, publish the state."""
+        with self._lock:
+            command = self._command
+        if command is None:
+            self.robot.send_action(np.zeros(self.robot.action_dim, dtype=np.float32))  # the stand pose
+        else:
+            self._apply(command)
+        self.counts["steps"] += 1
+        self._publish(self.robot.read())
+
+    def serve(self, stop: threading.Event, seconds: float | None = None) -> dict[str, Any]:
+        """Step at the control rate in real time until `stop` (or `seconds`); a summary of what happened."""
+        if self._publisher is None:
+            self.open()
+        end = None if seconds is None else time.monotonic() + seconds
+        next_time = time.monotonic()
+        while not stop.is_set() and (end is None or time.monotonic() < end):
+            self.step()
+            next_time += self.period
+            delay = next_time - time.monotonic()
+            if delay > 0:
+                stop.wait(delay)
+            elif delay < -self.period:  # fell behind by a whole period: count it, no catch-up burst
+                self.counts["late_steps"] += 1
+                next_time = time.monotonic()
+        return self.summary()
+
+    def summary(self) -> dict[str, Any]:
+        episodes = []
+        while (ended := self.robot.take_episode_end()) is not None:
+            episodes.append(ended)
+        tracking = float(np.mean(self._tracking)) if self._tracking else None
+        return {
+            **self.counts,
+            "tracking_rad": tracking,
+            "episodes": episodes,
+            "sim_seconds": self.robot.sim_time,
+        }
+
+    def close(self) -> None:
+        for channel in (self._subscriber, self._publisher):
+            if channel is not None:
+                channel.Close()
+        self.robot.stop()
