@@ -27,6 +27,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ticks", type=int, default=None, help="measured control ticks (bench planner)")
     parser.add_argument("--model", default=None, metavar="DIR", help="world-model checkpoint (bench planner)")
     parser.add_argument(
+        "--model-preset",
+        default=None,
+        metavar="NAME",
+        help="without --model: random weights of config/model/NAME.yaml (default: default; bench planner)",
+    )
+    parser.add_argument(
         "--rt-priority",
         type=int,
         default=None,

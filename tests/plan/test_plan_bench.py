@@ -156,3 +156,23 @@ def test_a_paced_run_waits_for_the_period_before_every_tick_and_probe(monkeypatc
     assert paced["paced"] and waits == {"paced": 2 + 4 + 4, "unpaced": 0}  # warm-up, ticks, reference probes
     plan_bench.measure(model, cfg, settings, ticks=4, warmup=2, paced=False)
     assert waits == {"paced": 10, "unpaced": 2 + 4}
+
+
+def test_a_random_model_of_any_preset_and_its_refusals() -> None:
+    settings = plan_bench.task_settings("go2")
+    tiny, info = plan_bench._model(settings, None, "tiny")
+    default, _ = plan_bench._model(settings, None)
+    assert info == {"source": "config/model/tiny.yaml", "trained": False, "parameters": info["parameters"]}
+    assert (
+        info["parameters"]
+        == sum(p.numel() for p in tiny.parameters())
+        < sum(p.numel() for p in default.parameters())
+    )
+    again, _ = plan_bench._model(settings, None, "tiny")
+    assert all(
+        torch.equal(a, b) for a, b in zip(tiny.parameters(), again.parameters(), strict=True)
+    )  # seeded
+    with pytest.raises(ConfigError, match="exclude each other"):
+        plan_bench._model(settings, "models/go2_slope", "tiny")
+    with pytest.raises(ConfigError, match="unknown model preset 'huge'"):
+        plan_bench._model(settings, None, "huge")

@@ -1,7 +1,8 @@
 """`simdist bench planner`: tick latency (context + plan) of the planner through the world model, as a ratio to the
 control period, with the authors' `gpu` settings measured in the same run as the baseline.
 
-Without `--model` the world model is the `default` preset with random weights: latency only, no quality claim.
+Without `--model` the world model is the `default` preset (or `--model-preset NAME`, e.g. `gpu` for the authors' size)
+with random weights: latency only, no quality claim.
 """
 
 from __future__ import annotations
@@ -53,7 +54,13 @@ def task_settings(task: str) -> dict[str, Any]:
     return settings
 
 
-def _model(settings: dict[str, Any], model_dir: str | None) -> tuple[torch.nn.Module, dict[str, Any]]:
+def _model(
+    settings: dict[str, Any], model_dir: str | None, preset: str | None = None
+) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """The trained model of `model_dir`, or a model of `preset` (default: `MODEL_PRESET`) with random weights (seed
+    0): the size-matched row of a comparison with another implementation needs no training."""
+    if model_dir and preset:
+        raise ConfigError("--model and --model-preset exclude each other (a checkpoint has its own size)")
     if model_dir:
         from simdist.model import load_checkpoint, read_description
 
@@ -66,9 +73,10 @@ def _model(settings: dict[str, Any], model_dir: str | None) -> tuple[torch.nn.Mo
     else:
         from simdist.model import WorldModel, load_model_config
 
+        name = preset or MODEL_PRESET
         torch.manual_seed(0)
-        model = WorldModel.build(settings["dims"], load_model_config(MODEL_PRESET))
-        info = {"source": f"config/model/{MODEL_PRESET}.yaml", "trained": False}
+        model = WorldModel.build(settings["dims"], load_model_config(name))
+        info = {"source": f"config/model/{name}.yaml", "trained": False}
     model.eval()
     info["parameters"] = sum(p.numel() for p in model.parameters())
     return model, info
@@ -339,7 +347,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     scheduling = Scheduling(
         priority=getattr(args, "rt_priority", None), cpus=parse_cpus(getattr(args, "cpus", None))
     )
-    model, model_info = _model(settings, getattr(args, "model", None))
+    model, model_info = _model(settings, getattr(args, "model", None), getattr(args, "model_preset", None))
     configs = {name: load_planner_config(name, settings["robot"], overrides)}
     if name != BASELINE:
         # the authors' settings at one thread, like ours: torch's default threads on a shared 2-core machine made
