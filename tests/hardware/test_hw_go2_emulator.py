@@ -95,3 +95,11 @@ def test_deploy_drives_the_emulated_go2_over_its_dds_and_a_bad_crc_is_ignored(tm
     joints = proprio[:, 6:18]  # joint positions relative to the stand pose
     assert np.ptp(joints, axis=0).max() > 0.2  # the legs moved: a measured robot, not a replayed constant
     assert np.isfinite(proprio).all()
+
+
+def test_a_bad_address_is_one_line() -> None:
+    from simdist.cli import main
+
+    assert main(["emulate", "--task", "go2_slope", "--address", "lo:one"]) == 2
+    assert main(["deploy", "--task", "go2_slope", "--robot", "go2:lo:one", "--minutes", "0.01"]) == 2
+    assert main(["emulate", "--task", "ur5e_peg"]) == 2  # no RTDE emulator (yet): said, not a traceback

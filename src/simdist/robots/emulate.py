@@ -15,6 +15,7 @@ import threading
 from simdist import robots
 from simdist.cli import add_overrides_argument
 from simdist.config import parse_overrides
+from simdist.errors import RobotConnectionError
 from simdist.sim.config import load_task
 
 
@@ -41,7 +42,12 @@ def run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        emulator.open()
+        try:
+            emulator.open()
+        except Exception as exc:  # the DDS layer raises bare Exceptions: one line naming where it failed
+            raise RobotConnectionError(
+                f"emulate: cannot open {cfg.robot} at '{args.address}': {exc}"
+            ) from None
         print(f"emulating a {cfg.robot} for {cfg.task} on sim:{args.profile}", flush=True)
         summary = emulator.serve(stop, args.seconds)
     finally:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import mujoco
 import numpy as np
 
+from simdist.errors import ConfigError
 from simdist.hardware.state import RobotState
 from simdist.paths import assets_dir
 from simdist.robots import register
@@ -138,6 +139,8 @@ class Go2(RobotDescription):
         from simdist.robots.go2.hardware import Go2Robot
 
         iface, _, domain = address.partition(":")
+        if domain and not domain.isdigit():
+            raise ConfigError(f"Go2 address '{address}': the DDS domain after ':' must be an integer")
         return Go2Robot.connect(iface or None, int(domain or 0), control_hz=cfg.control_hz)
 
     def emulator(self, cfg: TaskConfig, profile: str, address: str, *, seed: int = 0) -> Any:
@@ -145,6 +148,10 @@ class Go2(RobotDescription):
         from simdist.robots.go2.emulator import Go2Emulator
 
         iface, _, domain = (address or "lo:1").partition(":")
+        if domain and not domain.isdigit():
+            raise ConfigError(
+                f"Go2 emulator address '{address}': the DDS domain after ':' must be an integer"
+            )
         return Go2Emulator(cfg, profile, iface=iface or "lo", domain=int(domain or 1), seed=seed)
 
     def actuator(self, robot: Any, cfg: TaskConfig, command: Callable[[], np.ndarray]) -> Actuator:
