@@ -235,3 +235,47 @@ def test_the_task_rate_limit_reaches_the_planner(go2_model: Path, tmp_path: Path
         )
         > 0.5 * max_delta
     )
+
+
+def test_a_hold_that_lasts_becomes_a_safe_stop_that_ends_the_run(
+    go2_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No usable plan from tick 5 on: the loop holds, and 0.2 s later (10 periods) damps the Go2 once, records it in
+    the bag and ends the run; no hold afterwards stiffens the damped robot again."""
+    from simdist.hardware.sim_robot import SimRobot
+
+    original = DeployLoop._compute
+    calls = {"n": 0}
+
+    def dying(self: DeployLoop, job):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] > 5:
+            raise RuntimeError("planner lost")
+        return original(self, job)
+
+    monkeypatch.setattr(DeployLoop, "_compute", dying)
+    robot = SimRobot("go2_slope", "sim", seed=0)
+    sent: list[str] = []
+    hold, damp = robot.hold, robot.damp
+    robot.hold = lambda: (sent.append("hold"), hold())[1]  # type: ignore[method-assign]
+    robot.damp = lambda kd=3.0: (sent.append("damp"), damp(kd))[1]  # type: ignore[method-assign]
+    result = run_deploy(
+        "go2_slope",
+        "sim:sim",
+        go2_model,
+        ticks=100,
+        bag_dir=tmp_path / "bags",
+        planner_overrides=FAST_PLANNER,
+        robot=robot,
+        safe_stop_after_s=0.2,
+    )
+    stats = result.stats
+    assert stats.safe_stops == 1 and stats.fresh == 5 and stats.held == 11 and stats.ticks == 16
+    assert sent == ["hold"] * 11 + ["damp"]  # every held tick held; the 11th (0.2 s on) then damped, and nothing after
+    events = [e for e in read_topics(result.bag, [schema.EVENTS])[schema.EVENTS]]
+    stops = [m for _, m in events if '"watchdog"' in m.data]
+    assert len(stops) == 1 and '"safe_stop"' in stops[0].data and '"age_s": 0.2' in stops[0].data
+    # without the setting (simulation's default) the same failure only holds, for the whole run
+    calls["n"] = 0
+    again = run_deploy("go2_slope", "sim:sim", go2_model, ticks=30, planner_overrides=FAST_PLANNER)
+    assert again.stats.safe_stops == 0 and again.stats.ticks == 30 and again.stats.held == 25

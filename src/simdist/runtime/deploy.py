@@ -31,6 +31,7 @@ from simdist.runtime.store import ModelStore
 from simdist.sim.config import TaskConfig, load_task, task_config
 
 log = logging.getLogger(__name__)
+SAFE_STOP_AFTER_S = 1.0  # hardware: a hold this long (no usable plan) becomes a safe stop (damping on a Go2)
 
 
 @dataclass
@@ -104,6 +105,7 @@ def run_deploy(
     on_tick: Callable[[int, DeployLoop], None] | None = None,
     robot: Any = None,
     scheduling: Scheduling | None = None,
+    safe_stop_after_s: float | None = None,
 ) -> DeployResult:
     """Deploy for `ticks` ticks or `seconds` of robot time; log into the next run_NN of `bag_dir` (if given).
 
@@ -111,6 +113,8 @@ def run_deploy(
 
     `model` is a checkpoint folder or a running ModelStore (kept across runs, as `simdist adapt` does).
     `scheduling`: real-time priority, CPUs and memory locking of the control and planner threads (real time only).
+    `safe_stop_after_s`: a hold this long becomes a safe stop and ends the run (default: `SAFE_STOP_AFTER_S` on
+    hardware, never in simulation).
     """
     cfg = task_config(task, overrides)
     hardware = not robot_spec.startswith("sim")
@@ -171,6 +175,9 @@ def run_deploy(
             seed=seed,
             on_tick=on_tick,
             scheduling=scheduling,
+            safe_stop_after_s=safe_stop_after_s
+            if safe_stop_after_s is not None
+            else (SAFE_STOP_AFTER_S if hardware else None),
         )
         try:
             stats = loop.run(ticks=ticks, seconds=seconds, stop=stop)

@@ -61,6 +61,10 @@ class DeployLoop:
         episode_steps: hardware only: ticks per logged episode (a SimRobot ends episodes itself).
         scheduling: real time only: SCHED_FIFO priority, CPUs and memory locking of the control thread (the
             thread that calls `tick`) and of the planner thread (one priority level below).
+        safe_stop_after_s: escalate a hold that lasted this long (no usable plan, stale state, the safety filter
+            holding, errors) to a safe stop: the robot's damping mode where it has one (Go2), else its hold (the
+            UR5e's servoStop). A safe stop is final: the run ends, the bag records it (a `watchdog` event). None:
+            never (simulation); `simdist deploy` on hardware gives 1 s.
     """
 
     def __init__(
@@ -83,8 +87,12 @@ class DeployLoop:
         seed: int = 0,
         on_tick: Callable[[int, DeployLoop], None] | None = None,
         scheduling: Scheduling | None = None,
+        safe_stop_after_s: float | None = None,
     ) -> None:
         self.robot = robot
+        self.safe_stop_after_s = safe_stop_after_s
+        self.safe_stopped = False
+        self._held_since: float | None = None  # when the current run of held ticks began
         self.robot_kind = robot_kind
         self.actuator = actuator
         self.store = store
@@ -118,6 +126,7 @@ class DeployLoop:
         self._t0_ns = time.time_ns()
         self._t0 = 0.0
         self._slow_logged_at = -float("inf")
+        self._last_kind = "held"  # what the last tick counted as (fresh, late or held)
 
     # -- clock ---------------------------------------------------------------------------------------------------
     def _now(self) -> float:
@@ -245,7 +254,10 @@ class DeployLoop:
 
     # -- one tick ------------------------------------------------------------------------------------------------
     def tick(self, k: int, deadline: float | None = None) -> None:
-        """Run control tick k (the loop calls this; tests may too)."""
+        """Run control tick k (the loop calls this; tests may too). After a safe stop it does nothing."""
+        if self.safe_stopped:
+            return
+        self._last_kind = "held"  # until the tick counts itself (a tick that fails before that was a hold)
         if self.realtime and self.scheduling.requested:
             self._schedule_control_thread()
         now = self._now()
@@ -328,8 +340,37 @@ class DeployLoop:
         self.stats.ticks += 1
         self._episode_ticks += 1
         self.stats.versions.append(self.store.label)
+        self._escalate(now, stamp, held=self._last_kind == "held")
         if self.on_tick is not None:
             self.on_tick(k, self)
+
+    def _escalate(self, now: float, stamp_ns: int, *, held: bool) -> None:
+        """A hold that lasted `safe_stop_after_s` becomes a safe stop (once; the run then ends)."""
+        if not held:
+            self._held_since = None
+            return
+        if self._held_since is None:
+            self._held_since = now
+        age = now - self._held_since
+        # a small tolerance so that a hold of exactly the limit (lockstep clocks in whole periods) stops
+        if self.safe_stop_after_s is None or self.safe_stopped or age + 1e-9 < self.safe_stop_after_s:
+            return
+        self.safe_stopped = True
+        self.stats.safe_stops += 1
+        log.error("deploy: held for %.2f s (no usable plan); safe stop, the run ends", age)
+        if self.bag is not None:
+            self.bag.event(schema.WATCHDOG, stamp_ns=stamp_ns, stage="safe_stop", age_s=round(age, 3))
+        damp = getattr(self.robot, "damp", None)
+        try:
+            if damp is not None:
+                try:
+                    damp()
+                    return
+                except NotImplementedError:  # a robot without a damping mode: its hold is its safe stop
+                    pass
+            self.actuator.hold()
+        except Exception:  # the robot itself is failing: nothing safer to send from here
+            log.exception("deploy: the safe stop failed")
 
     def _slow_tick(self, k: int, marks: list[float]) -> None:
         """A tick longer than its period: say where the time went (phases in order, ms); once a second at most,
@@ -376,6 +417,7 @@ class DeployLoop:
         self._scheduled_threads.clear()
 
     def _count(self, kind: str) -> None:
+        self._last_kind = kind
         setattr(self.stats, kind, getattr(self.stats, kind) + 1)
 
     def _safe_hold(self) -> None:
@@ -409,8 +451,10 @@ class DeployLoop:
         self._t0, self._t0_ns = time.monotonic(), time.time_ns()
 
     def close(self) -> None:
-        """The end of a run: safe hold, stop the planner thread, normal scheduling for the control thread(s)."""
-        self._safe_hold()
+        """The end of a run: safe hold (not after a safe stop: it would stiffen a damped robot again), stop the
+        planner thread, normal scheduling for the control thread(s)."""
+        if not self.safe_stopped:
+            self._safe_hold()
         if self._thread is not None:
             self._thread.close()
             self._thread = None
@@ -435,7 +479,11 @@ class DeployLoop:
         self._t0, self._t0_ns = time.monotonic(), time.time_ns()
         k = 0
         try:
-            while (limit is None or k < limit) and not (stop is not None and stop.is_set()):
+            while (
+                (limit is None or k < limit)
+                and not (stop is not None and stop.is_set())
+                and not self.safe_stopped
+            ):
                 deadline = None
                 if self.realtime:
                     target = self._t0 + k * self.period

@@ -20,6 +20,7 @@ class LoopStats:
     stale: int = 0
     errors: int = 0
     swaps: int = 0
+    safe_stops: int = 0  # holds that lasted `safe_stop_after_s` and became a safe stop (the run then ended)
     # real time: ticks whose own work took longer than a period (logged with their phases, see _slow_tick)
     slow_ticks: int = 0
     episodes: list[dict[str, Any]] = field(default_factory=list)  # robot-reported episode ends (metrics)
@@ -37,6 +38,7 @@ class LoopStats:
             "stale": self.stale,
             "errors": self.errors,
             "swaps": self.swaps,
+            "safe_stops": self.safe_stops,
             "slow_ticks": self.slow_ticks,
             "episodes": len(self.episodes),
             "plan_ms_p50": float(np.percentile(times, 50) * 1e3),
