@@ -271,7 +271,9 @@ def test_a_hold_that_lasts_becomes_a_safe_stop_that_ends_the_run(
     )
     stats = result.stats
     assert stats.safe_stops == 1 and stats.fresh == 5 and stats.held == 11 and stats.ticks == 16
-    assert sent == ["hold"] * 11 + ["damp"]  # every held tick held; the 11th (0.2 s on) then damped, and nothing after
+    assert sent == ["hold"] * 11 + [
+        "damp"
+    ]  # every held tick held; the 11th (0.2 s on) then damped, and nothing after
     events = [e for e in read_topics(result.bag, [schema.EVENTS])[schema.EVENTS]]
     stops = [m for _, m in events if '"watchdog"' in m.data]
     assert len(stops) == 1 and '"safe_stop"' in stops[0].data and '"age_s": 0.2' in stops[0].data
@@ -279,3 +281,11 @@ def test_a_hold_that_lasts_becomes_a_safe_stop_that_ends_the_run(
     calls["n"] = 0
     again = run_deploy("go2_slope", "sim:sim", go2_model, ticks=30, planner_overrides=FAST_PLANNER)
     assert again.stats.safe_stops == 0 and again.stats.ticks == 30 and again.stats.held == 25
+    # armed by the first tick that was not a hold: a robot that never got a plan is not stopped (it never moved)
+    monkeypatch.setattr(
+        DeployLoop, "_compute", lambda self, job: (_ for _ in ()).throw(RuntimeError("no plan"))
+    )
+    never = run_deploy(
+        "go2_slope", "sim:sim", go2_model, ticks=20, planner_overrides=FAST_PLANNER, safe_stop_after_s=0.2
+    )
+    assert never.stats.safe_stops == 0 and never.stats.held == 20

@@ -93,6 +93,7 @@ class DeployLoop:
         self.safe_stop_after_s = safe_stop_after_s
         self.safe_stopped = False
         self._held_since: float | None = None  # when the current run of held ticks began
+        self._armed = False  # a tick that was not a hold has happened (the escalation counts from then)
         self.robot_kind = robot_kind
         self.actuator = actuator
         self.store = store
@@ -345,9 +346,12 @@ class DeployLoop:
             self.on_tick(k, self)
 
     def _escalate(self, now: float, stamp_ns: int, *, held: bool) -> None:
-        """A hold that lasted `safe_stop_after_s` becomes a safe stop (once; the run then ends)."""
+        """A hold that lasted `safe_stop_after_s` becomes a safe stop (once; the run then ends). Armed by the first
+        tick that was not a hold, so a slow first plan never stops a robot that has not moved yet."""
         if not held:
-            self._held_since = None
+            self._armed, self._held_since = True, None
+            return
+        if not self._armed:
             return
         if self._held_since is None:
             self._held_since = now
@@ -357,20 +361,22 @@ class DeployLoop:
             return
         self.safe_stopped = True
         self.stats.safe_stops += 1
-        log.error("deploy: held for %.2f s (no usable plan); safe stop, the run ends", age)
-        if self.bag is not None:
-            self.bag.event(schema.WATCHDOG, stamp_ns=stamp_ns, stage="safe_stop", age_s=round(age, 3))
         damp = getattr(self.robot, "damp", None)
-        try:
-            if damp is not None:
-                try:
-                    damp()
-                    return
-                except NotImplementedError:  # a robot without a damping mode: its hold is its safe stop
-                    pass
-            self.actuator.hold()
+        try:  # the robot first, the record after
+            try:
+                if damp is None:
+                    raise NotImplementedError
+                damp()
+            except NotImplementedError:  # a robot without a damping mode: its hold is its safe stop
+                self.actuator.hold()
         except Exception:  # the robot itself is failing: nothing safer to send from here
             log.exception("deploy: the safe stop failed")
+        log.error("deploy: held for %.2f s (no usable plan); safe stop, the run ends", age)
+        if self.bag is not None:
+            try:
+                self.bag.event(schema.WATCHDOG, stamp_ns=stamp_ns, stage="safe_stop", age_s=round(age, 3))
+            except Exception:
+                log.exception("deploy: recording the safe stop failed")
 
     def _slow_tick(self, k: int, marks: list[float]) -> None:
         """A tick longer than its period: say where the time went (phases in order, ms); once a second at most,
