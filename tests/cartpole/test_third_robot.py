@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -83,8 +84,9 @@ def test_deploy_logs_a_bag_that_finetunes_a_version_which_hot_swaps_in(model: Pa
         labels.append(loop.store.label)
         if k == 5:  # finetune on the first run's bag while the robot runs, as `simdist adapt` does
             reports.append(finetune(model, [bag], QUICK))
-            while store._staged is None:  # lockstep: let the watcher load and validate it first
-                pass
+            end = time.monotonic() + 30.0  # lockstep: let the watcher load and validate it first
+            while store._staged is None and time.monotonic() < end:
+                time.sleep(0.01)
 
     try:
         second = run_deploy(

@@ -85,3 +85,16 @@ class JointActuator:
             except RuntimeError:  # nothing sent yet: the robot's own hold
                 pass
         self.robot.hold()
+
+
+def safe_stop(robot: Any, actuator: Actuator) -> None:
+    """The robot's safe stop: its damping mode where it has one (the Go2), else the actuator's hold (the UR5e's
+    servoStop). The one escalation the deploy loop and the ROS robot node both end in; raises what the robot
+    raises (the caller logs it: nothing safer can be sent from here)."""
+    damp = getattr(robot, "damp", None)
+    try:
+        if damp is None:
+            raise NotImplementedError
+        damp()
+    except NotImplementedError:  # no damping mode: the hold is the safe stop
+        actuator.hold()

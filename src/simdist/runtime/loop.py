@@ -26,7 +26,7 @@ from simdist.bags import schema
 from simdist.bags.writer import BagWriter
 from simdist.plan.config import ActionLimits, PlannerConfig
 from simdist.plan.mppi import Plan, Planner
-from simdist.runtime.actuation import Actuator
+from simdist.runtime.actuation import Actuator, safe_stop
 from simdist.runtime.history import ObservationHistory
 from simdist.runtime.ingest import CameraIngest, ProprioIngest
 from simdist.runtime.loop_stats import LoopStats
@@ -361,14 +361,8 @@ class DeployLoop:
             return
         self.safe_stopped = True
         self.stats.safe_stops += 1
-        damp = getattr(self.robot, "damp", None)
         try:  # the robot first, the record after
-            try:
-                if damp is None:
-                    raise NotImplementedError
-                damp()
-            except NotImplementedError:  # a robot without a damping mode: its hold is its safe stop
-                self.actuator.hold()
+            safe_stop(self.robot, self.actuator)
         except Exception:  # the robot itself is failing: nothing safer to send from here
             log.exception("deploy: the safe stop failed")
         log.error("deploy: held for %.2f s (no usable plan); safe stop, the run ends", age)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from simdist.bags import schema
-from simdist.runtime.actuation import Actuator
+from simdist.runtime.actuation import Actuator, safe_stop
 from simdist_nodes import conversions
 from simdist_nodes.planner_io import Publish
 
@@ -100,15 +100,8 @@ class RobotBridge:
             log.exception("robot bridge: hold failed too")
 
     def _safe_stop(self) -> None:
-        damp = getattr(self.robot, "damp", None)
         try:
-            if damp is not None:
-                try:
-                    damp()
-                    return
-                except NotImplementedError:
-                    pass
-            self.actuator.hold()
+            safe_stop(self.robot, self.actuator)
         except Exception:
             log.exception("robot bridge: safe stop failed")
 

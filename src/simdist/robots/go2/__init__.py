@@ -64,6 +64,14 @@ def safety_limits(*, max_step: float = 0.3) -> SafetyLimits:
     )
 
 
+def parse_address(address: str, *, domain: int) -> tuple[str | None, int]:
+    """`IFACE[:DOMAIN]` -> (interface or None, DDS domain; `domain` when not given); a bad domain is one line."""
+    iface, _, given = address.partition(":")
+    if given and not given.isdigit():
+        raise ConfigError(f"Go2 address '{address}': the DDS domain after ':' must be an integer")
+    return iface or None, int(given) if given else domain
+
+
 class Go2(RobotDescription):
     name = "go2"
     joint_names = JOINT_NAMES
@@ -138,21 +146,15 @@ class Go2(RobotDescription):
     def connect(self, address: str, cfg: TaskConfig) -> Any:
         from simdist.robots.go2.hardware import Go2Robot
 
-        iface, _, domain = address.partition(":")
-        if domain and not domain.isdigit():
-            raise ConfigError(f"Go2 address '{address}': the DDS domain after ':' must be an integer")
-        return Go2Robot.connect(iface or None, int(domain or 0), control_hz=cfg.control_hz)
+        iface, domain = parse_address(address, domain=0)
+        return Go2Robot.connect(iface, domain, control_hz=cfg.control_hz)
 
     def emulator(self, cfg: TaskConfig, profile: str, address: str, *, seed: int = 0) -> Any:
         """The MuJoCo Go2 on rt/lowstate and rt/lowcmd at `IFACE[:DOMAIN]` (default lo:1)."""
         from simdist.robots.go2.emulator import Go2Emulator
 
-        iface, _, domain = (address or "lo:1").partition(":")
-        if domain and not domain.isdigit():
-            raise ConfigError(
-                f"Go2 emulator address '{address}': the DDS domain after ':' must be an integer"
-            )
-        return Go2Emulator(cfg, profile, iface=iface or "lo", domain=int(domain or 1), seed=seed)
+        iface, domain = parse_address(address or "lo:1", domain=1)
+        return Go2Emulator(cfg, profile, iface=iface or "lo", domain=domain, seed=seed)
 
     def actuator(self, robot: Any, cfg: TaskConfig, command: Callable[[], np.ndarray]) -> Actuator:
         from simdist.hardware.safety import SafetyFilter
