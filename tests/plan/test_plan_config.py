@@ -93,7 +93,7 @@ _EDGE = dict(  # every setting at the edge of what is allowed
     min_std=0.5,
     horizon=1,
     discount=1.0,
-    num_threads=0,
+    num_threads=1,
     disagreement_weight=0.0,
     budget_ms=None,
 )
@@ -126,7 +126,7 @@ def test_every_setting_at_the_edge_of_its_range_is_accepted() -> None:
         ({"horizon": 0}, "horizon must be >= 1"),
         ({"discount": 0.0}, "discount must be in (0, 1]"),
         ({"discount": 1.01}, "discount must be in (0, 1]"),
-        ({"num_threads": -1}, "num_threads must be >= 0"),
+        ({"num_threads": 0}, "num_threads must be >= 1"),
         ({"disagreement_weight": -0.1}, "disagreement_weight must be >= 0"),
         ({"budget_ms": 0.0}, "budget_ms must be > 0 (or null: no deadline)"),
         ({"budget_ms": -5.0}, "budget_ms must be > 0 (or null: no deadline)"),
@@ -165,16 +165,19 @@ def test_defaults_fill_what_the_file_leaves_out_and_overrides_reach_them(tmp_pat
     monkeypatch.setenv("SIMDIST_CONFIG_DIR", str(tmp_path))
     write(tmp_path, "base", _BASE)
     cfg = load_planner_config("base", "arm")
-    assert (cfg.keep_elites, cfg.compile, cfg.num_threads, cfg.budget_ms, cfg.disagreement_weight) == (
-        False,
-        False,
-        0,
-        None,
-        0.0,
-    )
+    assert (
+        cfg.keep_elites,
+        cfg.compile,
+        cfg.num_threads,
+        cfg.budget_ms,
+        cfg.disagreement_weight,
+        cfg.plan_ahead,
+    ) == (False, False, 1, None, 0.0, False)
     assert load_planner_config("base", "arm", {}) == cfg  # no overrides: the file as written
-    cfg = load_planner_config("base", "arm", {"num_threads": 2, "budget_ms": 8.0, "disagreement_weight": 1.5})
-    assert (cfg.num_threads, cfg.budget_ms, cfg.disagreement_weight) == (2, 8.0, 1.5)
+    cfg = load_planner_config(
+        "base", "arm", {"num_threads": 2, "budget_ms": 8.0, "disagreement_weight": 1.5, "plan_ahead": True}
+    )
+    assert (cfg.num_threads, cfg.budget_ms, cfg.disagreement_weight, cfg.plan_ahead) == (2, 8.0, 1.5, True)
     write(tmp_path, "missing", "num_samples: 10\n")
     with pytest.raises(ConfigError, match="missing key 'planner.num_policy_samples'"):
         load_planner_config("missing", "arm")

@@ -375,3 +375,50 @@ def test_correlated_noise_keeps_each_steps_std_and_correlates_consecutive_steps(
 def test_noise_correlation_must_be_below_one() -> None:
     with pytest.raises(ConfigError, match=r"^planner config: noise_correlation must be in \[0, 1\)$"):
         config(noise_correlation=1.0)
+
+
+def test_planning_ahead_fixes_step_zero_and_optimises_the_rest() -> None:
+    # the return with step 0 given is r_0 + gamma x (the (T-1)-step problem from where step 0 leads), so the
+    # best remaining steps are that shorter problem's optimum
+    model = PointMass(horizon=4, effort=1.0)
+    pinned = torch.tensor([0.7, 0.3])
+    planner = Planner(model, config(), limits=ActionLimits(-3.0, 3.0))
+    plan = tick(planner, model, first_action=pinned)
+    rest = PointMass(horizon=3, effort=1.0).optimum(START + pinned, GOAL, 0.99)
+    assert torch.equal(plan.actions[0], pinned)
+    assert torch.allclose(plan.actions[1:], rest, atol=0.03)
+    # not the unconstrained optimum's next steps: the pinned step changed where the chunk starts from
+    free = model.optimum(START, GOAL, 0.99)
+    assert (plan.actions[1:] - free[1:]).abs().max() > 0.1
+    for call in model.predict_calls:  # every candidate the model saw executes the pinned step first
+        assert bool((call[:, 0] == pinned).all())
+
+
+def test_planning_ahead_rate_limits_from_the_pinned_step() -> None:
+    model = Extreme(horizon=5)
+    limits = ActionLimits(low=-1.0, high=1.0, max_delta=0.1)
+    planner = Planner(model, config(horizon=5, iterations=3, init_std=5.0), limits=limits)
+    pinned = torch.tensor([0.9, -0.9])
+    # prev_action far from the pinned step: the limit counts from what runs at step 0, not from before it
+    plan = tick(planner, model, prev_action=torch.tensor([-1.0, 1.0]), first_action=pinned)
+    assert torch.equal(plan.actions[0], pinned)
+    assert_feasible(plan.actions[1:], ActionLimits([-1.0] * 2, [1.0] * 2, [0.1] * 2), pinned)
+    for call in model.predict_calls:
+        assert_feasible(call[:, 1:], ActionLimits([-1.0] * 2, [1.0] * 2, [0.1] * 2), pinned)
+
+
+def test_planning_ahead_after_a_fallback_still_starts_with_the_pinned_step() -> None:
+    model = Broken()  # every score nan: the base policy's chunk (0.9, -0.9), from the pinned step on
+    planner = Planner(model, config(), limits=ActionLimits(-1.0, 1.0, max_delta=0.2))
+    pinned = torch.tensor([0.5, 0.5])
+    plan = tick(planner, model, first_action=pinned)
+    assert plan.stats.fallback == "policy"
+    assert torch.equal(plan.actions[0], pinned)
+    assert torch.allclose(plan.actions[1], torch.tensor([0.7, 0.3]))
+    assert bool((plan.actions.diff(dim=0).abs() <= 0.2 + 1e-6).all())
+
+
+def test_a_nonfinite_pinned_step_is_refused() -> None:
+    model = PointMass(horizon=4)
+    with pytest.raises(ValueError, match="first_action"):
+        tick(Planner(model, config()), model, first_action=torch.tensor([float("nan"), 0.0]))

@@ -72,8 +72,8 @@ def test_the_device_is_a_torch_device() -> None:
     assert Planner(PointMass(horizon=4), config(), device="cpu").device == torch.device("cpu")
 
 
-@pytest.mark.parametrize(("threads", "expected"), [(0, []), (1, [1]), (3, [3])])
-def test_num_threads_sets_torchs_threads_only_when_positive(
+@pytest.mark.parametrize(("threads", "expected"), [(1, [1]), (3, [3])])
+def test_num_threads_always_sets_torchs_threads(
     monkeypatch: pytest.MonkeyPatch, threads: int, expected: list[int]
 ) -> None:
     calls: list[int] = []

@@ -47,7 +47,9 @@ class PlannerConfig:
     discount: float
     keep_elites: bool = False  # carry each iteration's elites (with their scores) into the next one
     compile: bool = False  # torch.compile the model evaluation (slow first ticks)
-    num_threads: int = 0  # torch intra-op threads for the planning process; 0 leaves torch's choice
+    # torch intra-op threads of the planning process (process-wide); never left to torch's default, which takes
+    # every core and, beside any other process, made ticks 5-7x slower here
+    num_threads: int = 1
     # Anytime planning: after the first iteration, start another only if it is expected to end within this many
     # ms of the call (the longest iteration so far as the estimate). None: always run every iteration (exactly
     # reproducible; with a budget the number of iterations depends on the machine's speed at that moment).
@@ -60,6 +62,11 @@ class PlannerConfig:
     # an AR(1) process along the horizon with this lag-one correlation, each step keeping its std. White noise (0)
     # on 50 Hz joint targets mostly averages out in the servos, so its chunks differ little on the robot.
     noise_correlation: float = 0.0
+    # Plan one tick ahead (real time and lockstep alike): the plan computed from tick k's state starts with the
+    # action tick k executes (fixed, not searched) and its step 1 is tick k+1's action, so a plan may take almost a
+    # whole control period instead of the part of it before the tick's deadline; the price is one period of delay
+    # between a state and the first action planned from it. The first tick of an episode plans its own action.
+    plan_ahead: bool = False
 
     def __post_init__(self) -> None:
         checks = [
@@ -72,7 +79,7 @@ class PlannerConfig:
             (self.policy_std >= 0, "policy_std must be >= 0"),
             (self.horizon >= 1, "horizon must be >= 1"),
             (0 < self.discount <= 1, "discount must be in (0, 1]"),
-            (self.num_threads >= 0, "num_threads must be >= 0"),
+            (self.num_threads >= 1, "num_threads must be >= 1"),
             (self.disagreement_weight >= 0, "disagreement_weight must be >= 0"),
             (0 <= self.noise_correlation < 1, "noise_correlation must be in [0, 1)"),
             (self.budget_ms is None or self.budget_ms > 0, "budget_ms must be > 0 (or null: no deadline)"),

@@ -62,9 +62,8 @@ class Planner:
     ) -> None:
         if config.horizon != model.horizon:
             raise ConfigError(f"planner horizon {config.horizon} != world model horizon {model.horizon}")
-        if config.num_threads > 0:
-            # process-wide on purpose: the planner owns the control process's compute
-            torch.set_num_threads(config.num_threads)
+        # process-wide on purpose: the planner owns the control process's compute
+        torch.set_num_threads(config.num_threads)
         self.model = model
         self.config = config
         self.device = torch.device(device)
@@ -122,7 +121,13 @@ class Planner:
         self._last_was_fallback = False
 
     def act(
-        self, ctx: Context, command: Tensor, elapsed_steps: int = 1, *, prev_action: Tensor | None = None
+        self,
+        ctx: Context,
+        command: Tensor,
+        elapsed_steps: int = 1,
+        *,
+        prev_action: Tensor | None = None,
+        first_action: Tensor | None = None,
     ) -> Plan:
         """Plan from context `ctx` for `command` ((C,), (T,C) or (1,T,C), raw units).
 
@@ -131,11 +136,14 @@ class Planner:
                 many steps to warm-start (the executed ones are dropped, the last action is repeated at the end).
             prev_action: the action the robot executed last, for the rate limit. Default: the previous plan's
                 action at step `elapsed_steps - 1`, i.e. the last one executed if the caller followed the plan.
+            first_action: planning one tick ahead: the action being executed at the context's step, fixed as step 0
+                of every candidate (the search optimises steps 1..T-1 and the rate limit counts from it); the plan's
+                step 1 is the next tick's action. None: step 0 is planned too (the usual case).
         """
         if elapsed_steps < 0:
             raise ValueError(f"elapsed_steps must be >= 0, got {elapsed_steps}")
         with torch.inference_mode():
-            return self._act(ctx, command, elapsed_steps, prev_action, _clock())
+            return self._act(ctx, command, elapsed_steps, prev_action, _clock(), first_action)
 
     # -- internals -------------------------------------------------------------------------------------------------
 
@@ -151,16 +159,20 @@ class Planner:
             )
         return cmd.expand(1, self.horizon, cmd.shape[2]).contiguous()
 
-    def _project_(self, x: Tensor, prev: Tensor | None) -> None:
+    def _project_(self, x: Tensor, prev: Tensor | None, pinned: Tensor | None = None) -> None:
         """Make chunks (n,T,A) feasible in place: each step clipped to the bounds, then to within max_delta of the
-        step before it (the first: of `prev`).
+        step before it (the first: of `prev`). With `pinned` (planning ahead), step 0 becomes that action and the
+        later steps are made feasible from it.
 
         The result equals clipping each step to the intersection of both intervals in turn (what a rate-limited
         actuator tracking the sample would do): a value inside the bounds, clipped towards a previous step that is
         also inside them, stays inside. A sequential loop, because a cumulative-sum projection would lose a
         sample's offset for good once one step is clipped.
         """
-        torch.clamp(x, self._low, self._high, out=x)
+        if pinned is not None:
+            x[:, 0] = pinned
+            x, prev = x[:, 1:], pinned
+        x.clamp_(self._low, self._high)
         if self._max_delta is None:
             return
         last = prev
@@ -203,13 +215,28 @@ class Planner:
         budget = self.config.budget_ms
         return budget is not None and (_clock() - start + longest) * 1e3 > budget
 
+    def _pinned(self, first_action: Tensor | None) -> Tensor | None:
+        if first_action is None:
+            return None
+        pinned = torch.as_tensor(first_action, dtype=torch.float32, device=self.device).reshape(self.act_dim)
+        if not bool(torch.isfinite(pinned).all()):
+            raise ValueError("first_action must be finite (it is the action the robot is executing)")
+        return pinned
+
     def _act(
-        self, ctx: Context, command: Tensor, elapsed: int, prev_action: Tensor | None, start: float
+        self,
+        ctx: Context,
+        command: Tensor,
+        elapsed: int,
+        prev_action: Tensor | None,
+        start: float,
+        first_action: Tensor | None = None,
     ) -> Plan:
         cfg = self.config
         n_gauss, n_policy, horizon = cfg.num_samples, cfg.num_policy_samples, self.horizon
         flags: list[str] = []
         cmd = self._command(command)
+        pinned = self._pinned(first_action)  # planning ahead: step 0 is given, the rate limit counts from it
         prev = self._previous_action(prev_action, elapsed, flags)
 
         policy = self.model.propose(ctx, cmd).reshape(horizon, self.act_dim).to(self.device, torch.float32)
@@ -255,7 +282,7 @@ class Planner:
             # new samples, plus at first the policy samples, projected and scored together; carried ones keep
             # their projection and score
             n_eval = n_gauss + (n_extra if iteration == 0 else 0)
-            self._project_(pool[:n_eval], prev)
+            self._project_(pool[:n_eval], prev, pinned)
             new_scores = self._evaluate(contexts[n_eval], pool[:n_eval], commands[n_eval])
             finite = torch.isfinite(new_scores)
             n_bad = int(n_eval - finite.sum())
@@ -276,6 +303,7 @@ class Planner:
                     nonfinite,
                     flags,
                     "nonfinite_scores",
+                    pinned,
                 )
             elites = pool[:n_pool].index_select(0, top.indices)
             weights = torch.softmax(cfg.temperature * top.values, dim=0)
@@ -294,12 +322,15 @@ class Planner:
         # a convex combination of feasible chunks is feasible; clip away the rounding, re-project only if a bug
         # (or rounding beyond 1e-6) broke a rate limit
         actions = mean.clamp(self._low, self._high)
-        if self._rate_violation(actions, prev) > 1e-6:
-            self._project_(actions[None], prev)
+        if pinned is not None:
+            actions[0] = pinned  # exactly (every candidate had it, the weights' rounding aside)
+        tail, tail_prev = (actions, prev) if pinned is None else (actions[1:], pinned)
+        if self._rate_violation(tail, tail_prev) > 1e-6:
+            self._project_(actions[None], prev, pinned)
         if not bool(torch.isfinite(actions).all()):
             # finite scores of samples that overflowed (an absurd init_std) can still refit a non-finite mean
             return self._fallback(
-                policy if policy_ok else None, prev, elapsed, done, nonfinite, flags, "nonfinite_plan"
+                policy if policy_ok else None, prev, elapsed, done, nonfinite, flags, "nonfinite_plan", pinned
             )
         return self._finish(actions, prev, warm, elapsed, done, float(best), nonfinite, None, flags)
 
@@ -325,13 +356,14 @@ class Planner:
         nonfinite: int,
         flags: list[str],
         reason: str,
+        pinned: Tensor | None = None,
     ) -> Plan:
         """The base policy's chunk (or a hold) instead of the search's plan; `reason` is the flag that says why:
         "nonfinite_scores" (no finite score at all) or "nonfinite_plan" (the refitted mean was not finite)."""
         flags.append(reason)
         kind = "policy" if policy is not None else "hold"
-        actions = policy.clone() if policy is not None else self._hold(prev)
-        self._project_(actions[None], prev)
+        actions = policy.clone() if policy is not None else self._hold(prev if pinned is None else pinned)
+        self._project_(actions[None], prev, pinned)
         return self._finish(actions, prev, False, elapsed, iterations, float("nan"), nonfinite, kind, flags)
 
     def _finish(

@@ -5,7 +5,9 @@ push it into the observation history, get a plan, send its action through the ac
 the bag. Lockstep (simulation) computes every plan in full before the robot moves, so a run is deterministic.
 Real time gives the planner a deadline (`deadline_fraction` of the period): a plan that misses it is adopted when
 it arrives, and meanwhile each tick executes the next step of the last plan; whole periods the loop itself overran
-are counted as missed. Any exception in a tick sends the safe hold and is logged; the loop carries on.
+are counted as missed. Planning ahead (the planner config's `plan_ahead`), the plan from tick k's state is computed
+after tick k has acted, with that action as its fixed first step, and tick k+1 executes its step 1: a plan has the
+period between two ticks, and a tick waits for nothing but a plan that is late. Any exception in a tick sends the safe hold and is logged; the loop carries on.
 In real time, `scheduling` (simdist.runtime.realtime) puts the control thread and the planner thread under
 SCHED_FIFO, the planner one level below, so another process on the computer cannot delay a tick.
 """
@@ -119,6 +121,9 @@ class DeployLoop:
         self._last_tick: int | None = None  # the last tick index run (a jump means periods were missed)
         self._last_plan: Plan | None = None
         self._plan_tick = 0
+        self._plan_lead = (
+            0  # the adopted plan's lead (1: planned ahead, its step 1 is for the tick after its own)
+        )
         self._plan_episode = -1
         self._prev_action: np.ndarray | None = None
         self._needs_reset = True
@@ -149,15 +154,20 @@ class DeployLoop:
             self._computed = None
         # The warm start shifts the plan the planner computed last, so the shift is counted from that plan's
         # tick (not from the last plan the control thread adopted: a late one may not be adopted yet).
+        # (0 for the plan ahead made at an episode's first tick, which starts from the same step as that tick's)
         last = self._computed
         elapsed = job.tick - last[0] if last is not None and last[1] == job.episode else 1
         with torch.inference_mode():
             ctx = job.model.context(*job.inputs, job.image)
-        plan = planner.act(ctx, job.command, max(elapsed, 1), prev_action=job.prev_action)
+        plan = planner.act(
+            ctx, job.command, max(elapsed, 0), prev_action=job.prev_action, first_action=job.first_action
+        )
         self._computed = (job.tick, job.episode)
         return plan
 
-    def _job(self, k: int, command: np.ndarray, image: np.ndarray | None) -> PlanJob:
+    def _job(
+        self, k: int, command: np.ndarray, image: np.ndarray | None, first_action: np.ndarray | None = None
+    ) -> PlanJob:
         model = self.store.model
         image_t = None
         if image is not None and getattr(model.config, "image", None) is not None:
@@ -172,6 +182,7 @@ class DeployLoop:
             command=torch.from_numpy(np.asarray(command, dtype=np.float32)),
             prev_action=None if self._prev_action is None else torch.from_numpy(self._prev_action),
             reset=reset,
+            first_action=None if first_action is None else torch.from_numpy(first_action.copy()),
         )
 
     def _adopt(self, job: PlanJob, result: Plan | BaseException, seconds: float) -> None:
@@ -183,6 +194,43 @@ class DeployLoop:
         if job.episode != self._episode:  # a plan from the previous episode arriving late
             return
         self._last_plan, self._plan_tick, self._plan_episode = result, job.tick, job.episode
+        self._plan_lead = job.lead
+
+    def _planning_ahead(self) -> bool:
+        """This tick's action comes from a plan made ahead (not from one for this tick)."""
+        return (
+            self.planner.config.plan_ahead
+            and self._last_plan is not None
+            and self._plan_episode == self._episode
+        )
+
+    def _await_ahead(self, deadline: float | None) -> None:
+        """Adopt the plans made ahead that finished; one still running (late) is awaited until `deadline`."""
+        if not self.realtime:
+            return  # lockstep computed it in full at the end of the last tick
+        assert self._thread is not None
+        while True:
+            try:
+                job, result, seconds = self._thread.results.get_nowait()
+            except queue.Empty:
+                break
+            self._adopt(job, result, seconds)
+        if self._thread.busy and deadline is not None:
+            try:
+                job, result, seconds = self._thread.results.get(timeout=max(deadline - time.monotonic(), 0.0))
+            except queue.Empty:
+                return
+            self._adopt(job, result, seconds)
+
+    def _plan_next(self, k: int, action: np.ndarray, command: np.ndarray, image: np.ndarray | None) -> None:
+        """Planning ahead: start the plan for tick k+1 from tick k's state, with tick k's action as its step 0
+        (before the history records that action: the job's inputs are the state the action is applied in)."""
+        job = self._job(k, command, image, first_action=action)
+        if not self.realtime:
+            start = time.perf_counter()
+            self._adopt(job, self._compute(job), time.perf_counter() - start)
+        elif self._thread is not None and not self._thread.busy:  # else the late plan finishes first
+            self._thread.submit(job)
 
     def _plan(self, k: int, deadline: float, command: np.ndarray, image: np.ndarray | None) -> None:
         """Make the freshest plan available for tick k, waiting until `deadline` at most (real time)."""
@@ -216,9 +264,9 @@ class DeployLoop:
         if plan is None or self._plan_episode != self._episode:
             return None, "held"
         offset = k - self._plan_tick
-        if offset == 0:
-            return plan.action.numpy().astype(np.float32), "fresh"
-        if 0 < offset < plan.actions.shape[0]:
+        if offset == self._plan_lead:
+            return plan.actions[offset].numpy().astype(np.float32), "fresh"
+        if self._plan_lead < offset < plan.actions.shape[0]:
             return plan.actions[offset].numpy().astype(np.float32), "late"
         return None, "held"
 
@@ -298,7 +346,10 @@ class DeployLoop:
                 self.stats.stale += 1
             else:
                 try:
-                    self._plan(k, deadline, command, image)
+                    if self._planning_ahead():
+                        self._await_ahead(deadline)
+                    else:
+                        self._plan(k, deadline, command, image)
                     action, kind = self._action(k)
                 except Exception:  # a failed plan: hold this tick, log it, and still record the tick
                     self.stats.errors += 1
@@ -312,6 +363,13 @@ class DeployLoop:
                 if result.held:
                     kind = "held"
                     action = self._hold_action()
+            self.stats.act_seconds.append(time.perf_counter() - marks[1])
+            if self.planner.config.plan_ahead and not obs.stale:
+                try:
+                    self._plan_next(k, action, command, image)
+                except Exception:  # the next tick runs this plan's later steps, or holds
+                    self.stats.errors += 1
+                    log.exception("deploy: planning ahead from tick %d failed", k)
             marks.append(time.perf_counter())
             self.history.record(action)
             pending = False

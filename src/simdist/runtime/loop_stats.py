@@ -13,7 +13,7 @@ class LoopStats:
     """What happened in a run. Every tick is exactly one of fresh, late or held."""
 
     ticks: int = 0
-    fresh: int = 0  # executed the first action of a plan computed for this very tick
+    fresh: int = 0  # executed the action planned for this very tick (planning ahead: by the tick before)
     late: int = 0  # the plan missed its deadline: executed the next step of the last plan
     held: int = 0  # sent the safe hold (no usable plan, stale state, an error, or the safety filter)
     missed: int = 0  # control periods skipped because the loop itself overran (real time only)
@@ -25,10 +25,13 @@ class LoopStats:
     slow_ticks: int = 0
     episodes: list[dict[str, Any]] = field(default_factory=list)  # robot-reported episode ends (metrics)
     plan_seconds: list[float] = field(default_factory=list)
+    # from reading the robot to the command sent (the state-to-command latency the robot sees), per tick
+    act_seconds: list[float] = field(default_factory=list)
     versions: list[str] = field(default_factory=list)  # the model version of every tick
 
     def summary(self) -> dict[str, Any]:
         times = np.asarray(self.plan_seconds) if self.plan_seconds else np.zeros(1)
+        acting = np.asarray(self.act_seconds) if self.act_seconds else np.zeros(1)
         return {
             "ticks": self.ticks,
             "fresh": self.fresh,
@@ -43,4 +46,6 @@ class LoopStats:
             "episodes": len(self.episodes),
             "plan_ms_p50": float(np.percentile(times, 50) * 1e3),
             "plan_ms_p99": float(np.percentile(times, 99) * 1e3),
+            "act_ms_p50": float(np.percentile(acting, 50) * 1e3),
+            "act_ms_p99": float(np.percentile(acting, 99) * 1e3),
         }

@@ -32,6 +32,13 @@ class PlanJob:
     command: torch.Tensor
     prev_action: torch.Tensor | None
     reset: bool
+    # planning ahead: the action tick `tick` executes, step 0 of every candidate; the plan serves tick + 1 on
+    first_action: torch.Tensor | None = None
+
+    @property
+    def lead(self) -> int:
+        """Ticks between the job's state and the first tick its plan is for (0, or 1 when planning ahead)."""
+        return 0 if self.first_action is None else 1
 
 
 class PlanThread:
