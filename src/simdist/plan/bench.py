@@ -235,6 +235,9 @@ def _measure(
         "iterations": config.iterations,
         "iterations_mean": statistics.fmean(iterations),  # fewer than configured where the budget cut a tick
         "budget_ms": config.budget_ms,
+        # planning ahead, a plan has the whole period (it is made between two ticks); otherwise it must end before
+        # the tick's deadline, 80 % of the period after the tick began, with the robot read and ingested first
+        "plan_ahead": config.plan_ahead,
         "threads": torch.get_num_threads(),
         "fallbacks": fallbacks,
         # CPU seconds per second used by other processes meanwhile (2.0 = both cores taken from us)
@@ -422,6 +425,12 @@ def summary(result: dict[str, Any]) -> str:
             f"{100 * r['missed_deadlines']:6.1f}% {r['context_p50_ms']:7.2f} "
             f"{r['cpu_p50_ms']:7.2f}/{r['cpu_p99_ms']:7.2f} {r['other_load']:10.2f} {r['steal']:5.2f}"
         )
+    for name, r in result["configs"].items():
+        if r.get("plan_ahead"):
+            lines.append(
+                f"{name} plans one tick ahead: its plan has the whole {result['period_ms']:.0f} ms period, and the "
+                "tick sends a command planned in the period before without waiting (state to command ~1 ms)"
+            )
     first = next(iter(result["configs"].values()))
     lines.append(
         f"ticks: one per {result['period_ms']:.0f} ms control period, idle in between, as in the deploy loop"
