@@ -3,6 +3,7 @@ Ctrl-C leaves a readable bag, and a slow planner in real time really misses its 
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -240,8 +241,8 @@ def test_the_task_rate_limit_reaches_the_planner(go2_model: Path, tmp_path: Path
 def test_a_hold_that_lasts_becomes_a_safe_stop_that_ends_the_run(
     go2_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No usable plan from tick 5 on: the loop holds, and 0.2 s later (10 periods) damps the Go2 once, records it in
-    the bag and ends the run; no hold afterwards stiffens the damped robot again."""
+    """No usable plan from tick 5 on: the loop holds, and 0.2 s after the last planned tick (10 periods) damps the Go2
+    once, records both steps in the bag and ends the run; no hold afterwards stiffens the damped robot again."""
     from simdist.hardware.sim_robot import SimRobot
 
     original = DeployLoop._compute
@@ -270,13 +271,12 @@ def test_a_hold_that_lasts_becomes_a_safe_stop_that_ends_the_run(
         safe_stop_after_s=0.2,
     )
     stats = result.stats
-    assert stats.safe_stops == 1 and stats.fresh == 5 and stats.held == 11 and stats.ticks == 16
-    assert sent == ["hold"] * 11 + [
-        "damp"
-    ]  # every held tick held; the 11th (0.2 s on) then damped, and nothing after
-    events = [e for e in read_topics(result.bag, [schema.EVENTS])[schema.EVENTS]]
-    stops = [m for _, m in events if '"watchdog"' in m.data]
-    assert len(stops) == 1 and '"safe_stop"' in stops[0].data and '"age_s": 0.2' in stops[0].data
+    assert stats.safe_stops == 1 and stats.fresh == 5 and stats.held == 10 and stats.ticks == 15
+    # every held tick held; the 10th (0.2 s after tick 4, the last planned one) then damped, and nothing after
+    assert sent == ["hold"] * 10 + ["damp"]
+    events = [json.loads(m.data) for _, m in read_topics(result.bag, [schema.EVENTS])[schema.EVENTS]]
+    steps = [(e["stage"], e["age_s"]) for e in events if e["event"] == schema.WATCHDOG]
+    assert steps == [("hold", 0.02), ("safe_stop", 0.2)]
     # without the setting (simulation's default) the same failure only holds, for the whole run
     calls["n"] = 0
     again = run_deploy("go2_slope", "sim:sim", go2_model, ticks=30, planner_overrides=FAST_PLANNER)

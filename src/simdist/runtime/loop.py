@@ -43,6 +43,7 @@ from simdist.runtime.realtime import (
     thread_state,
 )
 from simdist.runtime.store import ModelStore
+from simdist.runtime.watchdog import HOLD, SAFE_STOP, Watchdog
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +95,8 @@ class DeployLoop:
         self.robot = robot
         self.safe_stop_after_s = safe_stop_after_s
         self.safe_stopped = False
-        self._held_since: float | None = None  # when the current run of held ticks began
-        self._armed = False  # a tick that was not a hold has happened (the escalation counts from then)
+        # every held tick holds at once; the watchdog says when an outage has lasted long enough to stop safely
+        self.watchdog = Watchdog(0.0, safe_stop_after_s)
         self.robot_kind = robot_kind
         self.actuator = actuator
         self.store = store
@@ -404,31 +405,37 @@ class DeployLoop:
             self.on_tick(k, self)
 
     def _escalate(self, now: float, stamp_ns: int, *, held: bool) -> None:
-        """A hold that lasted `safe_stop_after_s` becomes a safe stop (once; the run then ends). Armed by the first
-        tick that was not a hold, so a slow first plan never stops a robot that has not moved yet."""
+        """Held ticks for `safe_stop_after_s` since the last tick that was not a hold become a safe stop (once; the
+        run then ends). Armed by the first tick that was not a hold, so a slow first plan never stops a robot that
+        has not moved yet. On hardware (a `safe_stop_after_s`) each step is a `watchdog` event in the bag."""
         if not held:
-            self._armed, self._held_since = True, None
+            self.watchdog.good(now)
             return
-        if not self._armed:
+        stage = self.watchdog.check(now)
+        if stage is None or self.safe_stop_after_s is None:
             return
-        if self._held_since is None:
-            self._held_since = now
-        age = now - self._held_since
-        # a small tolerance so that a hold of exactly the limit (lockstep clocks in whole periods) stops
-        if self.safe_stop_after_s is None or self.safe_stopped or age + 1e-9 < self.safe_stop_after_s:
+        age = self.watchdog.age(now)
+        if stage == HOLD:
+            log.warning("deploy: no usable plan; holding (a safe stop after %.2f s)", self.safe_stop_after_s)
+            self._record_watchdog(stamp_ns, HOLD, age)
             return
+        assert stage == SAFE_STOP
         self.safe_stopped = True
         self.stats.safe_stops += 1
         try:  # the robot first, the record after
             safe_stop(self.robot, self.actuator)
         except Exception:  # the robot itself is failing: nothing safer to send from here
             log.exception("deploy: the safe stop failed")
-        log.error("deploy: held for %.2f s (no usable plan); safe stop, the run ends", age)
-        if self.bag is not None:
-            try:
-                self.bag.event(schema.WATCHDOG, stamp_ns=stamp_ns, stage="safe_stop", age_s=round(age, 3))
-            except Exception:
-                log.exception("deploy: recording the safe stop failed")
+        log.error("deploy: no usable plan for %.2f s; safe stop, the run ends", age)
+        self._record_watchdog(stamp_ns, SAFE_STOP, age)
+
+    def _record_watchdog(self, stamp_ns: int, stage: str, age: float) -> None:
+        if self.bag is None or not self._episode_open:
+            return
+        try:
+            self.bag.event(schema.WATCHDOG, stamp_ns=stamp_ns, stage=stage, age_s=round(age, 3))
+        except Exception:
+            log.exception("deploy: recording the watchdog's %s failed", stage)
 
     def _slow_tick(self, k: int, marks: list[float]) -> None:
         """A tick longer than its period: say where the time went (phases in order, ms); once a second at most,

@@ -18,6 +18,7 @@ import numpy as np
 
 from simdist.bags import schema
 from simdist.runtime.actuation import Actuator, safe_stop
+from simdist.runtime.watchdog import HOLD, SAFE_STOP, Watchdog
 from simdist_nodes import conversions
 from simdist_nodes.planner_io import Publish
 
@@ -56,8 +57,7 @@ class RobotBridge:
         self.watchdog_s = watchdog_s
         self.stop_s = max(stop_s, watchdog_s)
         self._clock = clock
-        self._last_command: float | None = None
-        self.stage: str | None = None  # None (commands flowing), "hold" or "safe_stop"
+        self.watchdog = Watchdog(self.watchdog_s, self.stop_s)
         self.commands = 0
         self.holds = 0
         self.refused = 0  # commands that came after the safe stop
@@ -68,15 +68,13 @@ class RobotBridge:
     def on_command(self, msg: Any) -> None:
         """A task action from the planner (empty: hold). A failure holds the robot and is logged, never raised."""
         action = conversions.vector_from_msg(msg)
-        if self.stage == "safe_stop":
+        if self.watchdog.stopped:
             self.refused += 1
             if self.refused == 1:
                 log.error("robot bridge: a command came after the safe stop; ignored until the node restarts")
             return
-        self._last_command = self._clock()
-        if self.stage == "hold":
+        if self.watchdog.good(self._clock()):
             log.warning("robot bridge: commands are back; resuming")
-            self.stage = None
         try:
             if action.size == 0:
                 self.hold_requests += 1
@@ -105,21 +103,24 @@ class RobotBridge:
         except Exception:
             log.exception("robot bridge: safe stop failed")
 
+    @property
+    def stage(self) -> str | None:
+        """None (commands flowing), "hold" or "safe_stop" (final)."""
+        return self.watchdog.stage
+
     def check_watchdog(self) -> str | None:
         """Escalate when commands stopped coming (after the first one): hold after `watchdog_s`, safe stop after
         `stop_s`. Returns the stage entered now (also published as a `watchdog` event and logged), else None."""
-        if self._last_command is None or self.stage == "safe_stop":
-            return None
-        age = self._clock() - self._last_command
-        if self.stage is None and age > self.watchdog_s:
-            self.stage = "hold"
+        now = self._clock()
+        stage = self.watchdog.check(now)
+        if stage == HOLD:
             self._hold()
-        elif self.stage == "hold" and age > self.stop_s:
-            self.stage = "safe_stop"
+        elif stage == SAFE_STOP:
             self._safe_stop()
         else:
             return None
-        what = "holding" if self.stage == "hold" else "safe stop (damping on a Go2, servoStop on a UR5e)"
+        age = self.watchdog.age(now)
+        what = "holding" if stage == HOLD else "safe stop (damping on a Go2, servoStop on a UR5e)"
         log.warning("robot bridge: no command for %.2f s; %s", age, what)
         self._publish(
             conversions.ROBOT_EVENTS,
