@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -289,3 +290,60 @@ def test_a_hold_that_lasts_becomes_a_safe_stop_that_ends_the_run(
         "go2_slope", "sim:sim", go2_model, ticks=20, planner_overrides=FAST_PLANNER, safe_stop_after_s=0.2
     )
     assert never.stats.safe_stops == 0 and never.stats.held == 20
+
+
+def test_a_corrupt_state_holds_that_tick_and_a_lasting_one_ends_in_a_safe_stop(
+    go2_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Non-finite joint readings: the tick holds (the same path as stale data), the history does not keep the NaN
+    (the next good reading plans at once), and readings that stay corrupt escalate to the safe stop."""
+    from simdist.hardware.sim_robot import SimRobot
+
+    class Corrupt(SimRobot):
+        def __init__(self, bad: Callable[[int], bool]) -> None:
+            super().__init__("go2_slope", "sim", seed=0)
+            self.reads, self.bad = 0, bad
+
+        def read(self):  # type: ignore[no-untyped-def]
+            state = super().read()
+            self.reads += 1
+            if self.bad(self.reads - 1):
+                state.joint_positions = np.full_like(state.joint_positions, np.nan)
+            return state
+
+    from simdist.plan.mppi import Planner
+
+    fallbacks: list[str | None] = []
+    act = Planner.act
+
+    def spy(self: Planner, *args, **kwargs):  # type: ignore[no-untyped-def]
+        plan = act(self, *args, **kwargs)
+        fallbacks.append(plan.stats.fallback)
+        return plan
+
+    monkeypatch.setattr(Planner, "act", spy)
+    once = run_deploy(
+        "go2_slope",
+        "sim:sim",
+        go2_model,
+        ticks=20,
+        planner_overrides=FAST_PLANNER,
+        robot=Corrupt(lambda k: k == 6),
+        safe_stop_after_s=0.2,
+    )
+    assert once.stats.stale == 1 and once.stats.held == 1 and once.stats.fresh == 19
+    assert once.stats.safe_stops == 0 and once.stats.ticks == 20
+    assert fallbacks == [None] * 19  # every plan after the bad reading scored its samples (no NaN context)
+    lasting = run_deploy(
+        "go2_slope",
+        "sim:sim",
+        go2_model,
+        ticks=40,
+        bag_dir=tmp_path / "bags",
+        planner_overrides=FAST_PLANNER,
+        robot=Corrupt(lambda k: k >= 6),
+        safe_stop_after_s=0.2,
+    )
+    assert lasting.stats.safe_stops == 1 and lasting.stats.fresh == 6 and lasting.stats.ticks == 16
+    events = [json.loads(m.data) for _, m in read_topics(lasting.bag, [schema.EVENTS])[schema.EVENTS]]
+    assert [e["stage"] for e in events if e["event"] == schema.WATCHDOG] == ["hold", "safe_stop"]

@@ -27,11 +27,17 @@ class ObservationHistory:
         self.step = -1
 
     def push(self, obs: np.ndarray) -> None:
-        """The observation of the next step (after the action of the previous step was recorded)."""
-        obs = np.asarray(obs, dtype=np.float32).reshape(self.obs_dim)
+        """The observation of the next step (after the action of the previous step was recorded).
+
+        Non-finite entries (a corrupt reading; the deploy loop holds at that tick) are carried from the step before
+        (0 at an episode's first step), so one bad reading does not poison the next `history` plans."""
+        obs = np.asarray(obs, dtype=np.float32).reshape(self.obs_dim).copy()
         if len(self._act) != len(self._obs):
             raise RuntimeError("record the action of the previous step before pushing the next observation")
-        self._obs.append(obs.copy())
+        bad = ~np.isfinite(obs)
+        if bad.any():
+            obs[bad] = self._obs[-1][bad] if self._obs else 0.0
+        self._obs.append(obs)
         self.step += 1
         if len(self._obs) > self.history + 1:
             del self._obs[0], self._act[0]
