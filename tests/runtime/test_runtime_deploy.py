@@ -347,3 +347,37 @@ def test_a_corrupt_state_holds_that_tick_and_a_lasting_one_ends_in_a_safe_stop(
     assert lasting.stats.safe_stops == 1 and lasting.stats.fresh == 6 and lasting.stats.ticks == 16
     events = [json.loads(m.data) for _, m in read_topics(lasting.bag, [schema.EVENTS])[schema.EVENTS]]
     assert [e["stage"] for e in events if e["event"] == schema.WATCHDOG] == ["hold", "safe_stop"]
+
+
+def test_a_model_that_outputs_nan_holds_and_escalates_to_the_safe_stop(
+    go2_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From tick 5 every model output is NaN: the planner can only hold, which the loop counts as a hold (not a
+    fresh plan), so the watchdog stops the robot safely instead of it holding a mid-gait target for ever."""
+    import torch
+
+    from simdist.model.world_model import WorldModel
+
+    calls = {"n": 0}
+    predict, propose = WorldModel.predict, WorldModel.propose
+
+    def broken(original):  # type: ignore[no-untyped-def]
+        def call(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            out = original(self, *args, **kwargs)
+            return torch.full_like(out, torch.nan) if calls["n"] >= 5 else out
+
+        return call
+
+    def count(self: DeployLoop, job, original=DeployLoop._compute):  # type: ignore[no-untyped-def]
+        plan = original(self, job)
+        calls["n"] += 1
+        return plan
+
+    monkeypatch.setattr(WorldModel, "predict", broken(predict))
+    monkeypatch.setattr(WorldModel, "propose", broken(propose))
+    monkeypatch.setattr(DeployLoop, "_compute", count)
+    result = run_deploy(
+        "go2_slope", "sim:sim", go2_model, ticks=60, planner_overrides=FAST_PLANNER, safe_stop_after_s=0.2
+    )
+    stats = result.stats
+    assert stats.fresh == 5 and stats.safe_stops == 1 and stats.held == 10 and stats.ticks == 15

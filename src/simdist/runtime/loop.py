@@ -264,6 +264,8 @@ class DeployLoop:
         plan = self._last_plan
         if plan is None or self._plan_episode != self._episode:
             return None, "held"
+        if plan.stats.fallback == "hold":  # the model gave nothing usable, not even the base policy: a hold
+            return None, "held"
         offset = k - self._plan_tick
         if offset == self._plan_lead:
             return plan.actions[offset].numpy().astype(np.float32), "fresh"
