@@ -118,3 +118,24 @@ def test_camera_from_a_video_file_and_from_the_simulator(tmp_path: Path) -> None
     assert got is not None and got.image.shape == (64, 64, 3) and got.timestamp == 3.0 and not got.stale
     with pytest.raises(Exception, match="cannot open"):
         CameraIngest(str(tmp_path / "missing.avi"))
+
+
+def test_the_first_filtered_target_steps_from_what_the_robot_holds_not_from_where_it_sagged() -> None:
+    """A robot holding targets 0.2 rad above its measured posture (it sagged under load): the first command of a run
+    moves at most max_step from the held targets, as the robot sees it, not from the measured posture."""
+    from simdist.hardware.state import RobotState
+
+    class Holding:
+        def __init__(self) -> None:
+            self.last_target = np.array(go2.STAND_POSE, dtype=np.float64) + 0.2
+            self.sent: list[np.ndarray] = []
+
+        def send(self, command) -> None:  # type: ignore[no-untyped-def]
+            self.sent.append(command.joint_targets.copy())
+
+    robot = Holding()
+    actuator = robots.get("go2").actuator(robot, load_task("go2_slope"), lambda: np.zeros(3))
+    state = RobotState(timestamp=1.0, joint_positions=np.array(go2.STAND_POSE), joint_velocities=np.zeros(12))
+    actuator.apply(np.full(12, -1.2), state, 1.0)  # wants stand - 0.3 rad: 0.5 rad below the held targets
+    step = np.abs(robot.sent[0] - robot.last_target).max()
+    assert step == pytest.approx(0.3, abs=1e-9)  # the filter's per-tick limit, from the held targets

@@ -108,11 +108,21 @@ class SafetyFilter:
         self._fresh: JointCommand | None = None
         self._fresh_time: float | None = None
 
-    def reset(self, state: RobotState) -> None:
-        """Start a run from the measured posture (clipped into the limits); forget old commands."""
+    @property
+    def started(self) -> bool:
+        """Whether the filter has a last target (from `reset` or a first `filter`)."""
+        return self._last_target is not None
+
+    def reset(self, state: RobotState, *, last_target: np.ndarray | None = None) -> None:
+        """Start a run from `last_target`, the target the robot holds now (what it was last sent), or else from the
+        measured posture, clipped into the limits; forget old commands. The first step is rate-limited from there,
+        so it never jumps further than `max_step` from what the robot is tracking."""
         lim = self.limits
         self._check_size(state.num_joints)
-        self._last_target = np.clip(state.joint_positions, lim.position_lower, lim.position_upper)
+        start = state.joint_positions if last_target is None else np.asarray(last_target, dtype=np.float64)
+        if start.shape != state.joint_positions.shape or not np.isfinite(start).all():
+            start = state.joint_positions
+        self._last_target = np.clip(start, lim.position_lower, lim.position_upper)
         self._last_gains = (None, None)
         self._fresh = None
         self._fresh_time = None

@@ -196,6 +196,11 @@ class Go2Robot:
         self._publish(command)
         self._last_target = command.joint_targets.copy()
 
+    @property
+    def last_target(self) -> np.ndarray | None:
+        """The joint targets last sent (None before the first command)."""
+        return None if self._last_target is None else self._last_target.copy()
+
     def hold(self) -> None:
         """PD-hold the last target sent, or the measured posture if none was sent yet."""
         target = self._last_target if self._last_target is not None else self.read().joint_positions
