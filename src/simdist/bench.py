@@ -13,6 +13,7 @@ TARGETS: dict[str, str] = {
     "data": "simdist.data.bench",
     "planner": "simdist.plan.bench",
     "ros": "simdist_bringup.bench",  # the ROS packages (a checkout's src/ or a colcon install) and rclpy
+    "faults": "simdist.hardware.faults",  # the deploy stack against the Go2 emulator, one fault at a time
 }
 
 
@@ -57,6 +58,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--quality-baseline",
         action="store_true",
         help="also measure the gpu config's closed-loop quality (slow on a CPU; the estimate is printed otherwise)",
+    )
+    parser.add_argument(
+        "--faults",
+        default=None,
+        metavar="NAMES",
+        help="comma-separated fault scenarios (bench faults; default all)",
+    )
+    parser.add_argument(
+        "--out", default=None, metavar="DIR", help="where runs and faults.json go (bench faults; runs/faults)"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 

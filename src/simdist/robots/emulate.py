@@ -31,13 +31,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--seconds", type=float, default=None, help="stop after this long (default: until Ctrl-C)"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="KIND:START:DURATION",
+        help="misbehave on schedule, seconds after the first command (Go2: state_gap, vanish); repeatable",
+    )
     add_overrides_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     cfg = load_task(args.task, parse_overrides(args.overrides))
     cfg.profile(args.profile)
-    emulator = robots.get(cfg.robot).emulator(cfg, args.profile, args.address, seed=args.seed)
+    extra = {"faults": args.fault} if args.fault else {}
+    emulator = robots.get(cfg.robot).emulator(cfg, args.profile, args.address, seed=args.seed, **extra)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

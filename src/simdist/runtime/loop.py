@@ -46,6 +46,9 @@ from simdist.runtime.store import ModelStore
 from simdist.runtime.watchdog import HOLD, SAFE_STOP, Watchdog
 
 log = logging.getLogger(__name__)
+SAFE_STOP_CONFIRM_S = (
+    3.0  # real time: how long the safe stop is repeated until the robot is heard from after it
+)
 
 
 class DeployLoop:
@@ -431,6 +434,27 @@ class DeployLoop:
         log.error("deploy: no usable plan for %.2f s; safe stop, the run ends", age)
         self._record_watchdog(stamp_ns, SAFE_STOP, age)
 
+    def _confirm_safe_stop(self) -> None:
+        """Real time: send the safe stop again each period until the robot has been heard from after it (three
+        states newer than the stop) or `SAFE_STOP_CONFIRM_S` passed. A damping command sent while the link was down
+        (the robot gone from the network, the very fault that often causes the stop) would otherwise never
+        arrive, and the robot would keep its last targets when it comes back."""
+        if not self.realtime:
+            return
+        sent_at = time.monotonic()
+        heard = 0
+        while heard < 3 and time.monotonic() - sent_at < SAFE_STOP_CONFIRM_S:
+            time.sleep(self.period)
+            try:
+                heard += self.robot.read().timestamp > sent_at
+                safe_stop(self.robot, self.actuator)
+            except Exception:  # the link is still down: keep trying until the time is up
+                log.debug("deploy: confirming the safe stop failed", exc_info=True)
+        if heard < 3:
+            log.error(
+                "deploy: the robot was not heard from within %.0f s of the safe stop", SAFE_STOP_CONFIRM_S
+            )
+
     def _record_watchdog(self, stamp_ns: int, stage: str, age: float) -> None:
         if self.bag is None or not self._episode_open:
             return
@@ -518,10 +542,12 @@ class DeployLoop:
         self._t0, self._t0_ns = time.monotonic(), time.time_ns()
 
     def close(self) -> None:
-        """The end of a run: safe hold (not after a safe stop: it would stiffen a damped robot again), stop the
-        planner thread, normal scheduling for the control thread(s)."""
+        """The end of a run: safe hold (not after a safe stop: it would stiffen a damped robot again; that is
+        confirmed instead), stop the planner thread, normal scheduling for the control thread(s)."""
         if not self.safe_stopped:
             self._safe_hold()
+        else:
+            self._confirm_safe_stop()
         if self._thread is not None:
             self._thread.close()
             self._thread = None

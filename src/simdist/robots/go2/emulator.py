@@ -15,13 +15,23 @@ message's int16) in newtons; there is no sport mode to release (the adapter neve
 keeps walking where the task's episode would end on time, so the emulator's episodes end only on a fall (the
 robot is then set back on its feet at the start, which a real one is not; the controller is not told, as it is
 not on a robot). Measured against in-process real time: docs/results.md, "The Go2 emulator".
+
+For fault injection (`simdist bench faults`), `faults` makes the emulated robot misbehave on schedule (seconds after
+the first command): `state_gap` publishes no state for the duration (the state is delayed by that much, or with a
+duration past the run's end, dropped for good), `vanish` closes its DDS channels (the peer leaves) and opens them
+again after the duration. Every
+command it applies is checked here, at the robot, against the Go2's joint and motor limits (`unsafe` counts and
+the first reasons), and the times of damping commands are kept, so a fault's time to a safe stop is measured where
+the robot would feel it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,7 +41,84 @@ from simdist.hardware.state import RobotState
 from simdist.robots.go2.hardware import HEAD, LOWCMD_TOPIC, LOWSTATE_TOPIC, MODE_SERVO, NUM_MOTORS, _sdk
 from simdist.sim.config import TaskConfig
 
+log = logging.getLogger(__name__)
 RUN_FOREVER_S = 1e7  # an episode "time limit" no run reaches
+FAULT_KINDS = ("state_gap", "vanish")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """`kind` from `start_s` (after the first command arrived) for `duration_s`."""
+
+    kind: str
+    start_s: float
+    duration_s: float
+
+    @classmethod
+    def parse(cls, text: str) -> Fault:
+        """`KIND:START:DURATION`, e.g. `state_gap:3:1`; a bad one is one ValueError line."""
+        parts = text.split(":")
+        try:
+            kind, start, duration = parts[0], float(parts[1]), float(parts[2])
+        except (IndexError, ValueError):
+            raise ValueError(
+                f"fault '{text}': expected KIND:START_S:DURATION_S, e.g. state_gap:3:1"
+            ) from None
+        if kind not in FAULT_KINDS or len(parts) != 3 or start < 0 or duration <= 0:
+            raise ValueError(
+                f"fault '{text}': kind one of {', '.join(FAULT_KINDS)}, start >= 0, duration > 0"
+            )
+        return cls(kind, start, duration)
+
+    def active(self, t: float | None) -> bool:
+        return t is not None and self.start_s <= t < self.start_s + self.duration_s
+
+
+class CommandCheck:
+    """Each applied LowCmd_ against the Go2's limits, at the robot: finite, targets inside the joint range, a servo
+    target moving at most `max_step` from the last servo target, kp and kd within the motors' sensible range, feed-
+    forward torque within the torque limit."""
+
+    def __init__(self, *, max_step: float, kp_max: float = 100.0, kd_max: float = 10.0) -> None:
+        from simdist.robots.go2 import joint_limits
+
+        self.lower, self.upper, self.torque = (np.asarray(v, dtype=np.float64) for v in joint_limits())
+        self.max_step, self.kp_max, self.kd_max = max_step, kp_max, kd_max
+        self.unsafe = 0
+        self.reasons: list[str] = []
+        self._last: np.ndarray | None = None
+
+    def __call__(
+        self, q: np.ndarray, kp: np.ndarray, kd: np.ndarray, tau: np.ndarray, t: float = 0.0
+    ) -> bool:
+        problems = []
+        if not all(np.isfinite(v).all() for v in (q, kp, kd, tau)):
+            problems.append("non-finite")
+        else:
+            servo = kp > 0
+            if np.any((q < self.lower - 1e-6)[servo] | (q > self.upper + 1e-6)[servo]):
+                problems.append("target outside the joint range")
+            if self._last is not None and servo.any():
+                step = np.abs(q - self._last)[servo & np.isfinite(self._last)]
+                if step.size and step.max() > self.max_step + 1e-6:
+                    moved = np.where(servo & np.isfinite(self._last), np.abs(q - self._last), -1.0)
+                    joint = int(np.argmax(moved))
+                    problems.append(
+                        f"target step {step.max():.3f} > {self.max_step} rad (motor {joint}: "
+                        f"{self._last[joint]:.3f} -> {q[joint]:.3f})"
+                    )
+            if np.any(kp > self.kp_max) or np.any(kd > self.kd_max) or np.any(kp < 0) or np.any(kd < 0):
+                problems.append("gains out of range")
+            if np.any(np.abs(tau) > self.torque + 1e-6):
+                problems.append("feed-forward torque over the limit")
+            # the step limit applies between servo targets; damping in between does not reset it
+            if servo.any():
+                self._last = np.where(servo, q, np.nan)
+        if problems:
+            self.unsafe += 1
+            if len(self.reasons) < 5:
+                self.reasons.append(f"at {t:.2f} s: " + "; ".join(problems))
+        return not problems
 
 
 class Go2Emulator:
@@ -52,8 +139,10 @@ class Go2Emulator:
         domain: int = 1,
         seed: int = 0,
         commands: list[list[float]] | None = None,
+        faults: list[Fault] | None = None,
     ) -> None:
         from simdist import robots
+        from simdist.robots.go2 import safety_limits
 
         cfg = dataclasses.replace(
             cfg, episode_seconds=RUN_FOREVER_S
@@ -68,6 +157,14 @@ class Go2Emulator:
         self._command: Any = None  # the latest valid LowCmd_
         self.counts = {"lowcmd": 0, "bad_crc": 0, "bad_header": 0, "steps": 0, "late_steps": 0, "damping": 0}
         self._tracking: list[float] = []  # per servo step: mean |q_des - q| over motors in servo with kp > 0
+        self.faults = list(faults or [])
+        self.check = CommandCheck(max_step=float(np.max(safety_limits().max_step)))
+        self._first_command: float | None = (
+            None  # monotonic time of the first valid command (faults count from it)
+        )
+        self.damping_at: list[float] = []  # seconds after the first command when damping began (each time)
+        self._damping = False
+        self._vanished = False
         from unitree_sdk2py.idl.default import unitree_go_msg_dds__LowState_
 
         self._state = unitree_go_msg_dds__LowState_()
@@ -85,7 +182,16 @@ class Go2Emulator:
         return self
 
     def _on_lowcmd(self, msg: Any) -> None:
+        try:
+            self._receive(msg)
+        except Exception:  # the SDK's reader thread dies on an exception: count it, keep receiving
+            self.counts["errors"] = self.counts.get("errors", 0) + 1
+            log.exception("go2 emulator: a lowcmd could not be handled")
+
+    def _receive(self, msg: Any) -> None:
         with self._lock:
+            if self._vanished:
+                return
             self.counts["lowcmd"] += 1
             if self.sdk["crc"].Crc(msg) != msg.crc:
                 self.counts["bad_crc"] += 1
@@ -93,6 +199,23 @@ class Go2Emulator:
             if tuple(msg.head[:2]) != HEAD:
                 self.counts["bad_header"] += 1
                 return
+            now = time.monotonic()
+            if self._first_command is None:
+                self._first_command = now
+            motors = msg.motor_cmd[:NUM_MOTORS]
+            kp = np.array([m.kp if m.mode == MODE_SERVO else 0.0 for m in motors])
+            kd = np.array([m.kd if m.mode == MODE_SERVO else 0.0 for m in motors])
+            self.check(
+                np.array([m.q for m in motors]),
+                kp,
+                kd,
+                np.array([m.tau if m.mode == MODE_SERVO else 0.0 for m in motors]),
+                now - self._first_command,
+            )
+            damping = not np.any(kp > 0) and bool(np.any(kd > 0))
+            if damping and not self._damping:
+                self.damping_at.append(now - self._first_command)
+            self._damping = damping
             self._command = msg
 
     def _publish(self, state: RobotState) -> None:
@@ -135,8 +258,33 @@ class Go2Emulator:
             self._tracking.append(float(np.abs(q - data.qpos[7:])[kp > 0].mean()))
         self.robot.send_action(env.joint_targets_action(0, targets))
 
+    def _fault_time(self) -> float | None:
+        return None if self._first_command is None else time.monotonic() - self._first_command
+
+    def _active(self, kind: str) -> Fault | None:
+        t = self._fault_time()
+        return next((f for f in self.faults if f.kind == kind and f.active(t)), None)
+
+    def _set_vanished(self, gone: bool) -> None:
+        """The DDS peer leaves (its channels closed) or comes back (opened again)."""
+        if gone == self._vanished:
+            return
+        with self._lock:
+            self._vanished = gone  # the motors keep the last command they had, as a real Go2's do
+        if gone:
+            for channel in (self._subscriber, self._publisher):
+                channel.Close()
+            self.counts["vanished"] = self.counts.get("vanished", 0) + 1
+        else:
+            self._publisher = self.sdk["Publisher"](LOWSTATE_TOPIC, self.sdk["LowState_"])
+            self._publisher.Init()
+            self._subscriber = self.sdk["Subscriber"](LOWCMD_TOPIC, self.sdk["LowCmd_"])
+            self._subscriber.Init(self._on_lowcmd, 10)
+
     def step(self) -> None:
-        """One control period: apply the latest command (or stand while none came), step, publish the state."""
+        """One control period: apply the latest command (or stand while none came), step, publish the state
+        (unless a fault drops, delays or cuts it)."""
+        self._set_vanished(self._active("vanish") is not None)
         with self._lock:
             command = self._command
         if command is None:
@@ -144,7 +292,13 @@ class Go2Emulator:
         else:
             self._apply(command)
         self.counts["steps"] += 1
-        self._publish(self.robot.read())
+        state = self.robot.read()
+        if self._vanished:
+            return
+        if self._active("state_gap") is not None:
+            self.counts["states_dropped"] = self.counts.get("states_dropped", 0) + 1
+            return
+        self._publish(state)
 
     def serve(self, stop: threading.Event, seconds: float | None = None) -> dict[str, Any]:
         """Step at the control rate in real time until `stop` (or `seconds`); a summary of what happened."""
@@ -170,6 +324,10 @@ class Go2Emulator:
         tracking = float(np.mean(self._tracking)) if self._tracking else None
         return {
             **self.counts,
+            "unsafe_commands": self.check.unsafe,
+            "unsafe_reasons": self.check.reasons,
+            "damping_at_s": [round(t, 3) for t in self.damping_at[:10]],
+            "faults": [dataclasses.asdict(f) for f in self.faults],
             "tracking_rad": tracking,
             "episodes": episodes,
             "sim_seconds": self.robot.sim_time,

@@ -1,0 +1,425 @@
+"""`simdist bench faults`: the deploy stack against the Go2 emulator (`simdist emulate`) with one fault at a time, each
+measured where it matters: at the emulated robot (every command it received checked against the Go2's limits, when
+damping began) and in the bag (how many of the run's ticks it kept).
+
+Faults (seconds after the first command): the robot's state delayed 0.1 s and 1 s, or dropped for good, and the robot
+leaving the DDS domain for 2 s (the emulator's `--fault`); an exception in every plan, and NaN from the world model for
+0.5 s (patched into the deploy process, which is otherwise `simdist deploy`); CPU load (two busy processes beside
+it); a malformed config (deploy must refuse in one line and send nothing); a corrupt bag (finetune must refuse in one
+line); finetune killed while it trains and writes (every version in the model folder must still load). Each run
+is its own emulator and deploy process on its own DDS domain. The table is printed and the whole
+result saved as JSON (`--out`, default runs/faults/faults.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from simdist.atomic import write_text
+
+START_S = 3.0  # faults begin this long after the first command (the loop is warm and walking by then)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    emulator: tuple[str, ...] = ()  # the emulator's --fault values
+    deploy: tuple[str, ...] = ()  # faults patched into the deploy process (KIND:START:DURATION)
+    load: int = 0  # busy processes beside the stack
+    deploy_args: tuple[str, ...] = ()  # extra deploy arguments
+    expect_stop: bool = False  # a safe stop is the right outcome
+    expect_hold: bool = False  # held ticks, then running again (an outage shorter than the safe stop's 1 s)
+    expect_refusal: bool = False  # deploy must refuse to start
+    stop_within_s: float = 1.5  # the safe stop reaches the robot this soon after the fault began
+    notes: str = ""
+
+
+SCENARIOS = (
+    Scenario("none"),
+    Scenario("state_delay_0.1s", emulator=(f"state_gap:{START_S}:0.1",)),
+    Scenario(
+        "state_delay_1s",
+        emulator=(f"state_gap:{START_S}:1",),
+        expect_hold=True,
+        notes="stale after 0.1 s: held 0.9 s, under the 1 s safe stop",
+    ),
+    Scenario("state_dropped", emulator=(f"state_gap:{START_S}:1000",), expect_stop=True),
+    Scenario(
+        "robot_leaves_dds_2s",
+        emulator=(f"vanish:{START_S}:2",),
+        expect_stop=True,
+        stop_within_s=2.5,
+        notes="gone 2 s: the safe stop is repeated until the robot is heard from",
+    ),
+    Scenario(
+        "planner_exception",
+        deploy=(f"planner_exception:{START_S}:1000",),
+        expect_stop=True,
+        stop_within_s=2.0,
+        notes="the last plan's steps run out (0.5 s), then 1 s of hold",
+    ),
+    Scenario("nonfinite_model_0.5s", deploy=(f"nonfinite_model:{START_S}:0.5",), expect_hold=True),
+    Scenario("cpu_load", load=2),
+    Scenario("malformed_config", deploy_args=("--planner-set", "num_samples=-3"), expect_refusal=True),
+)
+
+
+@dataclass
+class Outcome:
+    name: str
+    ok: bool = False
+    unsafe_commands: int | None = None
+    unsafe_reasons: list[str] = field(default_factory=list)
+    commands: int | None = None
+    ticks: int | None = None
+    bag_ticks: int | None = None
+    late: int | None = None
+    held: int | None = None
+    missed: int | None = None
+    stale: int | None = None
+    safe_stop: bool | None = None
+    time_to_safe_stop_s: float | None = None  # from the fault's start to damping at the robot
+    exit_code: int | None = None
+    error_line: str | None = None
+    notes: str = ""
+
+
+# -- the deploy process's side (patched faults) ------------------------------------------------------------------
+
+
+def _patch(faults: list[str]) -> None:
+    """Install deploy-side faults, timed from the loop's first plan."""
+    import torch
+
+    from simdist.model.world_model import WorldModel
+    from simdist.runtime.loop import DeployLoop
+
+    started: list[float] = []
+    windows = []
+    for text in faults:
+        kind, start, duration = text.split(":")
+        windows.append((kind, float(start), float(duration)))
+
+    def active(kind: str) -> bool:
+        if not started:
+            return False
+        t = time.monotonic() - started[0]
+        return any(k == kind and s <= t < s + d for k, s, d in windows)
+
+    compute = DeployLoop._compute
+
+    def faulty_compute(self: DeployLoop, job: Any) -> Any:
+        if not started:
+            started.append(time.monotonic())
+        if active("planner_exception"):
+            raise RuntimeError("injected planner fault")
+        return compute(self, job)
+
+    def nan_output(original: Any) -> Any:
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            out = original(self, *args, **kwargs)
+            return torch.full_like(out, torch.nan) if active("nonfinite_model") else out
+
+        return call
+
+    DeployLoop._compute = faulty_compute  # type: ignore[method-assign]
+    WorldModel.predict = nan_output(WorldModel.predict)  # type: ignore[method-assign]
+    WorldModel.propose = nan_output(WorldModel.propose)  # type: ignore[method-assign]
+
+
+def child(argv: list[str]) -> int:
+    """`python -m simdist.hardware.faults FAULTS_JSON TASK ROBOT MODEL SECONDS BAG_DIR`: one deploy run, its
+    summary as one JSON line."""
+    faults, task, robot, model, seconds, bag_dir = argv
+    _patch(json.loads(faults))
+    from simdist.bags import read_episodes
+    from simdist.runtime.deploy import run_deploy
+
+    result = run_deploy(task, robot, model, seconds=float(seconds), realtime=True, bag_dir=bag_dir)
+    summary = result.stats.summary()
+    bag_ticks = sum(len(e["proprio"]) for e in read_episodes(result.bag)) if result.bag else None
+    print(json.dumps({"stats": summary, "bag": str(result.bag), "bag_ticks": bag_ticks}), flush=True)
+    return 0
+
+
+# -- the bench's side ---------------------------------------------------------------------------------------------
+
+
+def _python() -> list[str]:
+    return [sys.executable]
+
+
+def _env() -> dict[str, str]:
+    src = str(Path(__file__).resolve().parents[2])
+    return {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
+
+
+def _last_json(text: str) -> dict[str, Any] | None:
+    for line in reversed(text.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                return None
+    return None
+
+
+def _error_line(stderr: str) -> str | None:
+    lines = [line for line in stderr.strip().splitlines() if line.startswith("simdist: error:")]
+    return lines[-1] if lines else None
+
+
+def run_scenario(
+    scenario: Scenario, *, task: str, model: str, seconds: float, domain: int, out_dir: Path
+) -> Outcome:
+    outcome = Outcome(scenario.name, notes=scenario.notes)
+    emulate = [
+        *_python(),
+        "-m",
+        "simdist.cli",
+        "emulate",
+        "--task",
+        task,
+        "--address",
+        f"lo:{domain}",
+        "--seconds",
+        str(seconds + 20.0),
+    ]
+    for fault in scenario.emulator:
+        emulate += ["--fault", fault]
+    emulator = subprocess.Popen(
+        emulate, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
+    )
+    load = [subprocess.Popen([*_python(), "-c", "while True: pass"]) for _ in range(scenario.load)]
+    try:
+        assert emulator.stdout is not None
+        emulator.stdout.readline()  # "emulating a go2 ..."
+        bag_dir = out_dir / scenario.name
+        if scenario.expect_refusal:
+            deploy = [
+                *_python(),
+                "-m",
+                "simdist.cli",
+                "deploy",
+                "--task",
+                task,
+                "--robot",
+                f"go2:lo:{domain}",
+            ]
+            deploy += ["--model", model, "--minutes", str(seconds / 60.0), "--bag-dir", str(bag_dir)]
+            done = subprocess.run(
+                [*deploy, *scenario.deploy_args], capture_output=True, text=True, env=_env(), timeout=120
+            )
+            outcome.exit_code, outcome.error_line = done.returncode, _error_line(done.stderr)
+        else:
+            args = [
+                json.dumps(list(scenario.deploy)),
+                task,
+                f"go2:lo:{domain}",
+                model,
+                str(seconds),
+                str(bag_dir),
+            ]
+            done = subprocess.run(
+                [*_python(), "-m", "simdist.hardware.faults", *args],
+                capture_output=True,
+                text=True,
+                env=_env(),
+                timeout=seconds + 120,
+            )
+            outcome.exit_code = done.returncode
+            report = _last_json(done.stdout)
+            if report is None:
+                tail = done.stderr.strip().splitlines()
+                outcome.error_line = _error_line(done.stderr) or (tail[-1] if tail else "no report")
+            else:
+                stats = report["stats"]
+                outcome.ticks, outcome.bag_ticks = stats["ticks"], report["bag_ticks"]
+                outcome.late, outcome.held, outcome.missed = stats["late"], stats["held"], stats["missed"]
+                outcome.stale, outcome.safe_stop = stats["stale"], stats["safe_stops"] > 0
+    finally:
+        for proc in load:
+            proc.kill()
+        emulator.send_signal(signal.SIGINT)
+        try:
+            stdout, _ = emulator.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            emulator.kill()
+            stdout, _ = emulator.communicate()
+    robot = _last_json(stdout) or {}
+    outcome.unsafe_commands = robot.get("unsafe_commands")
+    outcome.unsafe_reasons = robot.get("unsafe_reasons", [])
+    outcome.commands = robot.get("lowcmd")
+    damping = [t for t in robot.get("damping_at_s", []) if t >= START_S]
+    if scenario.expect_stop and outcome.safe_stop and damping:
+        outcome.time_to_safe_stop_s = round(damping[0] - START_S, 3)
+    outcome.ok = _judge(scenario, outcome, seconds)
+    return outcome
+
+
+def _judge(scenario: Scenario, o: Outcome, seconds: float) -> bool:
+    """No unsafe command reached the robot, and the run did what it should: refused in one line (a malformed
+    config; the robot got no command), stopped safely (soon enough after the fault, at the robot), or ran to its end;
+    the bag kept every tick but at most the last second's."""
+    if o.unsafe_commands != 0:
+        return False
+    if scenario.expect_refusal:
+        return o.exit_code not in (0, None) and o.error_line is not None and o.commands == 0
+    if o.ticks is None or o.bag_ticks is None or o.ticks - o.bag_ticks > 50:
+        return False
+    if scenario.expect_stop:
+        return (
+            bool(o.safe_stop)
+            and o.time_to_safe_stop_s is not None
+            and o.time_to_safe_stop_s <= scenario.stop_within_s
+        )
+    if scenario.expect_hold and not (o.held or 0) >= 10:
+        return False
+    return not o.safe_stop
+
+
+def _corrupt_bag(model: str, out_dir: Path, source: Path | None) -> Outcome:
+    """finetune on a bag whose data file is cut in half: one error line, a non-zero exit, no new version."""
+    outcome = Outcome("corrupt_bag")
+    if source is None or not source.is_dir():
+        outcome.notes = "no bag from the earlier runs to corrupt"
+        return outcome
+    import shutil
+
+    bag = out_dir / "corrupt_bag" / source.name
+    shutil.rmtree(bag, ignore_errors=True)
+    shutil.copytree(source, bag)
+    data = max((p for p in bag.iterdir() if p.suffix in (".mcap", ".db3")), key=lambda p: p.stat().st_size)
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    work = out_dir / "corrupt_bag" / "model"
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(model, work)
+    before = sorted((work / "dynamics").glob("v*.safetensors"))
+    finetune = ["finetune", "--bag", str(bag), "--model", str(work), "--in-place", "--max-steps", "20"]
+    done = subprocess.run(
+        [*_python(), "-m", "simdist.cli", *finetune],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=600,
+    )
+    outcome.exit_code, outcome.error_line = done.returncode, _error_line(done.stderr)
+    after = sorted((work / "dynamics").glob("v*.safetensors"))
+    outcome.unsafe_commands = 0  # no robot in this one
+    outcome.ok = done.returncode != 0 and outcome.error_line is not None and after == before
+    outcome.notes = "finetune on a bag cut in half"
+    return outcome
+
+
+def _finetune_killed(model: str, out_dir: Path, source: Path | None, kills: int = 4) -> Outcome:
+    """finetune killed (SIGKILL) at spread-out moments of its run, each time from the same copy: afterwards every
+    version in the folder loads and `current` names a complete one (no half-written file is ever visible)."""
+    from simdist.model.checkpoint import current_version, list_versions, load_checkpoint
+
+    outcome = Outcome("finetune_killed", unsafe_commands=0, notes=f"SIGKILL at {kills} moments")
+    if source is None or not source.is_dir():
+        outcome.notes = "no bag from the earlier runs to finetune on"
+        return outcome
+    import shutil
+
+    work = out_dir / "finetune_killed" / "model"
+    problems, finished = [], 0
+    for i in range(kills):
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(model, work)
+        finetune = ["finetune", "--bag", str(source), "--model", str(work), "--in-place", "--max-steps", "60"]
+        proc = subprocess.Popen(
+            [*_python(), "-m", "simdist.cli", *finetune],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=_env(),
+        )
+        try:
+            proc.wait(timeout=4.0 + 3.0 * i)  # later and later into the run: loading, training, writing
+            finished += 1
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        try:
+            for version in list_versions(work):
+                load_checkpoint(work, version=version)
+            load_checkpoint(work, version=current_version(work))
+        except Exception as exc:  # what the store must never show
+            problems.append(f"kill {i}: {exc}")
+    outcome.ok = not problems
+    outcome.error_line = "; ".join(problems) or None
+    outcome.notes += f", {finished} runs finished before their kill"
+    return outcome
+
+
+def bench(args: argparse.Namespace) -> dict[str, Any]:
+    from simdist.runtime.deploy import resolve_model
+
+    task = args.task
+    model = str(resolve_model(task, getattr(args, "model", None)))
+    seconds = float(getattr(args, "seconds", None) or 8.0)
+    out_dir = Path(getattr(args, "out", None) or "runs/faults")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    wanted = getattr(args, "faults", None)
+    chosen = [s for s in SCENARIOS if not wanted or s.name in wanted.split(",")]
+    outcomes = []
+    base = 40 + os.getpid() % 100
+    for i, scenario in enumerate(chosen):
+        outcomes.append(
+            run_scenario(scenario, task=task, model=model, seconds=seconds, domain=base + i, out_dir=out_dir)
+        )
+    source = next((out_dir / "none").glob("run_*"), None) if (out_dir / "none").is_dir() else None
+    if not wanted or "corrupt_bag" in wanted.split(","):
+        outcomes.append(_corrupt_bag(model, out_dir, source))
+    if not wanted or "finetune_killed" in wanted.split(","):
+        outcomes.append(_finetune_killed(model, out_dir, source))
+    result = {
+        "task": task,
+        "model": model,
+        "seconds": seconds,
+        "fault_start_s": START_S,
+        "outcomes": [o.__dict__ for o in outcomes],
+        "all_ok": all(o.ok for o in outcomes),
+        "saved": str(out_dir / "faults.json"),
+    }
+    write_text(out_dir / "faults.json", json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def summary(result: dict[str, Any]) -> str:
+    lines = [
+        f"faults against the emulated {result['task']} ({result['seconds']:g} s runs, faults from "
+        f"{result['fault_start_s']:g} s); checked at the robot",
+        f"{'fault':22} {'ok':3} {'unsafe':>6} {'cmds':>5} {'ticks':>5} {'in bag':>6} {'late':>5} {'held':>5} "
+        f"{'missed':>6} {'stale':>5} {'stop':>5} {'to stop s':>9}  exit / error line",
+    ]
+    for o in result["outcomes"]:
+
+        def f(v: Any) -> str:
+            return "-" if v is None else str(v)
+
+        lines.append(
+            f"{o['name']:22} {'yes' if o['ok'] else 'NO':3} {f(o['unsafe_commands']):>6} {f(o['commands']):>5} "
+            f"{f(o['ticks']):>5} {f(o['bag_ticks']):>6} {f(o['late']):>5} {f(o['held']):>5} {f(o['missed']):>6} "
+            f"{f(o['stale']):>5} {f(o['safe_stop']):>5} {f(o['time_to_safe_stop_s']):>9}  "
+            f"{f(o['exit_code'])} {o['error_line'] or ''} {o['notes']}".rstrip()
+        )
+    lines.append(f"saved: {result['saved']}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(child(sys.argv[1:]))
