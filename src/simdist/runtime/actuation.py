@@ -73,7 +73,8 @@ class JointActuator:
         if self.safety is None:
             self.robot.send(command)
             return Actuation()
-        if not self.safety.started:  # rate-limit from what the robot holds now, not from where it has sagged to
+        # rate-limit from what the robot holds now, not from where it has sagged to
+        if not self.safety.started:
             self.safety.reset(state, last_target=getattr(self.robot, "last_target", None))
         out = self.safety.filter(state, now, command)
         self.robot.send(out.command)
