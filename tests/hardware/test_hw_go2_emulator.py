@@ -102,4 +102,4 @@ def test_a_bad_address_is_one_line() -> None:
 
     assert main(["emulate", "--task", "go2_slope", "--address", "lo:one"]) == 2
     assert main(["deploy", "--task", "go2_slope", "--robot", "go2:lo:one", "--minutes", "0.01"]) == 2
-    assert main(["emulate", "--task", "ur5e_peg"]) == 2  # no RTDE emulator (yet): said, not a traceback
+    assert main(["emulate", "--task", "ur5e_peg"]) == 2  # the UR5e needs its host: said, not a traceback

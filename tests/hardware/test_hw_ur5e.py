@@ -99,7 +99,9 @@ def test_read_maps_rtde_fields_and_detects_a_frozen_stream() -> None:
     state = robot.read()
     assert state.joint_positions.tolist() == [0.0, -1.57, 1.57, -1.57, -1.57, 0.0]
     assert state.tool_pose == pytest.approx([0.4, -0.1, 0.3, np.cos(np.pi / 4), 0.0, 0.0, np.sin(np.pi / 4)])
-    assert state.tool_wrench.tolist() == [1.0, 2.0, 3.0, 0.1, 0.2, 0.3]
+    # UR's TCP force (base axes, torque about the TCP) as the flange sensor's reading: the tool turned 90 degrees
+    # about z, the TCP 8 cm out along the tool's z
+    assert state.tool_wrench == pytest.approx([2.0, -1.0, 3.0, 0.28, 0.06, 0.3])
     assert state.robot_time == 10.0 and state.joint_names[0] == "shoulder_pan_joint"
     # The controller clock did not advance: the state keeps its first arrival time, so it can go stale.
     assert robot.read().timestamp == state.timestamp
@@ -144,3 +146,22 @@ def test_read_only_connection_cannot_command() -> None:
     assert robot.read().joint_torques is None
     with pytest.raises(RobotConnectionError, match="read-only"):
         robot.send(JointCommand(np.zeros(6)))
+
+
+def test_urs_tcp_force_becomes_the_sensors_own_reading_as_the_simulator_measures_it() -> None:
+    """The inverse of what a UR reports: a sensor-frame wrench (force, torque about the flange, flange axes) turned
+    into base axes with the torque about the TCP, 8 cm out along the tool's z, comes back unchanged."""
+    from simdist.robots.ur5e.hardware import rotvec_to_matrix, tcp_wrench_to_sensor
+
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        rotvec, sensor = rng.normal(size=3), rng.normal(size=6) * 10
+        rot = rotvec_to_matrix(rotvec)
+        np.testing.assert_allclose(rot @ rot.T, np.eye(3), atol=1e-12)
+        force = rot @ sensor[:3]
+        tip_from_sensor = rot @ np.array([0.0, 0.0, 0.08])
+        reported = np.concatenate([force, rot @ sensor[3:] - np.cross(tip_from_sensor, force)])
+        np.testing.assert_allclose(tcp_wrench_to_sensor(reported, rotvec, 0.08), sensor, atol=1e-9)
+    # tool pointing down (rotation pi about x): a push up on the peg is +z in base axes and -z at the sensor
+    down = tcp_wrench_to_sensor(np.array([0.0, 0.0, 5.0, 0.0, 0.0, 0.0]), np.array([np.pi, 0.0, 0.0]), 0.08)
+    np.testing.assert_allclose(down, [0.0, 0.0, -5.0, 0.0, 0.0, 0.0], atol=1e-9)

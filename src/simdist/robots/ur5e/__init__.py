@@ -112,7 +112,17 @@ class UR5e(RobotDescription):
     def connect(self, address: str, cfg: TaskConfig) -> Any:
         from simdist.robots.ur5e.hardware import UR5eRobot
 
-        return UR5eRobot.connect(address, control_hz=cfg.control_hz)
+        # the TCP is the peg tip, the peg's length in front of the flange's F/T sensor
+        return UR5eRobot.connect(
+            address, control_hz=cfg.control_hz, tcp_offset_m=2.0 * cfg.peg.peg_half_length
+        )
+
+    def emulator(self, cfg: TaskConfig, profile: str, address: str, *, seed: int = 0) -> Any:
+        """The MuJoCo UR5e behind RTDE (30004), the dashboard (29999) and the script ports on HOST (e.g.
+        127.0.0.1, given explicitly): ur_rtde's ports are fixed, so the address is a host only."""
+        from simdist.robots.ur5e.emulator import UR5eEmulator, parse_host
+
+        return UR5eEmulator(cfg, profile, host=parse_host(address), seed=seed)
 
     def actuator(self, robot: Any, cfg: TaskConfig, command: Callable[[], np.ndarray]) -> Actuator:
         from simdist.robots.ur5e.actuation import CartesianActuator, ToolTarget

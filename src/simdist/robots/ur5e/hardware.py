@@ -42,6 +42,29 @@ def quaternion_to_rotvec(quaternion: np.ndarray) -> np.ndarray:
     return q[1:] / sin_half * angle
 
 
+def rotvec_to_matrix(rotvec: np.ndarray) -> np.ndarray:
+    """UR's rotation vector as a 3 x 3 rotation matrix (Rodrigues)."""
+    r = np.asarray(rotvec, dtype=np.float64)
+    angle = float(np.linalg.norm(r))
+    if angle < 1e-12:
+        return np.eye(3)
+    k = r / angle
+    skew = np.array([[0.0, -k[2], k[1]], [k[2], 0.0, -k[0]], [-k[1], k[0], 0.0]])
+    return np.eye(3) + np.sin(angle) * skew + (1.0 - np.cos(angle)) * skew @ skew
+
+
+def tcp_wrench_to_sensor(wrench: np.ndarray, rotvec: np.ndarray, tcp_offset_m: float) -> np.ndarray:
+    """UR's actual_TCP_force (force in base axes, torque about the TCP in base axes) as the F/T sensor's own
+    reading, which is what the simulator measures and the model was trained on: both in the flange's axes, the
+    torque about the sensor (the flange), `tcp_offset_m` behind the TCP along the tool's z axis."""
+    w = np.asarray(wrench, dtype=np.float64).reshape(6)
+    rot = rotvec_to_matrix(rotvec)
+    force, torque_tcp = w[:3], w[3:]
+    lever = rot @ np.array([0.0, 0.0, tcp_offset_m])  # from the sensor to the TCP, base axes
+    torque_sensor = torque_tcp + np.cross(lever, force)
+    return np.concatenate([rot.T @ force, rot.T @ torque_sensor])
+
+
 def _import_rtde() -> tuple[Any, Any]:
     try:
         import rtde_control
@@ -71,8 +94,10 @@ class UR5eRobot:
         lookahead_time: float = 0.1,
         gain: float = 300.0,
         stop_deceleration: float = 2.0,
+        tcp_offset_m: float = 0.08,
     ) -> None:
         self._receive = receive
+        self.tcp_offset_m = float(tcp_offset_m)  # flange (F/T sensor) to TCP (the peg tip) along the tool z
         self._control = control
         self.control_hz = float(control_hz)
         self.lookahead_time = float(lookahead_time)
@@ -141,7 +166,7 @@ class UR5eRobot:
             joint_torques=torques if torques is not None and torques.size == 6 else None,
             tool_pose=np.concatenate([pose[:3], rotvec_to_quaternion(pose[3:6])]),
             tool_twist=self._receive.getActualTCPSpeed(),
-            tool_wrench=self._receive.getActualTCPForce(),
+            tool_wrench=tcp_wrench_to_sensor(self._receive.getActualTCPForce(), pose[3:6], self.tcp_offset_m),
             joint_names=self.joint_names,
             robot_time=robot_time,
         )
