@@ -177,6 +177,7 @@ class EmulatedArm:
         self.protective_stop = False
         self.servoing = False
         self.counts = {"clipped_targets": 0, "tilt_ignored": 0, "protective_stops": 0}
+        self.inserted_at: float | None = None  # controller time the peg first reached the task's success depth
         self._tracking = [0.0, 0]  # sum of |target - tip| over servo cycles, and their count
         self.history: deque[tuple[float, tuple[float, ...], tuple[float, ...]]] = deque(maxlen=4096)
 
@@ -249,6 +250,8 @@ class EmulatedArm:
         if self.servoing:
             self._tracking[0] += float(np.linalg.norm(self.env.target_pos[0] - data.site_xpos[self.env._tip]))
             self._tracking[1] += 1
+        if self.inserted_at is None and bool(self.env.success[0]):
+            self.inserted_at = self.time
         force = float(np.linalg.norm(data.sensor("ft_force").data))
         if force > self.protective_stop_n and not self.protective_stop:
             self._queue.clear()
@@ -806,6 +809,7 @@ class UR5eEmulator:
                 "script_stops": list(self.script.stops),
                 "script_running": self.script.running,
                 "tracking_m": self.arm.tracking(),
+                "inserted_at_s": self.arm.inserted_at,
                 "episodes": episodes,
                 "sim_seconds": self.arm.time,
             }
