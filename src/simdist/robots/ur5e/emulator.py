@@ -177,7 +177,8 @@ class EmulatedArm:
         self.protective_stop = False
         self.servoing = False
         self.counts = {"clipped_targets": 0, "tilt_ignored": 0, "protective_stops": 0}
-        self.inserted_at: float | None = None  # controller time the peg first reached the task's success depth
+        # controller time the peg first reached the task's success depth
+        self.inserted_at: float | None = None
         self._tracking = [0.0, 0]  # sum of |target - tip| over servo cycles, and their count
         self.history: deque[tuple[float, tuple[float, ...], tuple[float, ...]]] = deque(maxlen=4096)
 
