@@ -21,7 +21,8 @@ import platform
 import resource
 import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -78,6 +79,27 @@ class Scheduling:
     def planner(self) -> Scheduling:
         """The planner thread's settings: one priority level below the control thread, the same CPUs."""
         return Scheduling(priority=None if self.priority is None else self.priority - 1, cpus=self.cpus)
+
+
+def run_paced(
+    step: Callable[[], None], period: float, stop: threading.Event, seconds: float | None = None
+) -> int:
+    """Call `step` once per `period` in real time until `stop` is set (or `seconds` passed), as a robot's own servo
+    loop runs (the emulators). Returns how many times it fell a whole period behind; it then re-anchors on the
+    present instead of catching up in a burst."""
+    end = None if seconds is None else time.monotonic() + seconds
+    next_time = time.monotonic()
+    late = 0
+    while not stop.is_set() and (end is None or time.monotonic() < end):
+        step()
+        next_time += period
+        delay = next_time - time.monotonic()
+        if delay > 0:
+            stop.wait(delay)
+        elif delay < -period:
+            late += 1
+            next_time = time.monotonic()
+    return late
 
 
 def freeze_heap() -> None:

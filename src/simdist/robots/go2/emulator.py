@@ -39,6 +39,7 @@ import numpy as np
 from simdist.hardware.sim_robot import SimRobot
 from simdist.hardware.state import RobotState
 from simdist.robots.go2.hardware import HEAD, LOWCMD_TOPIC, LOWSTATE_TOPIC, MODE_SERVO, NUM_MOTORS, _sdk
+from simdist.runtime.realtime import run_paced
 from simdist.sim.config import TaskConfig
 
 log = logging.getLogger(__name__)
@@ -304,17 +305,7 @@ class Go2Emulator:
         """Step at the control rate in real time until `stop` (or `seconds`); a summary of what happened."""
         if self._publisher is None:
             self.open()
-        end = None if seconds is None else time.monotonic() + seconds
-        next_time = time.monotonic()
-        while not stop.is_set() and (end is None or time.monotonic() < end):
-            self.step()
-            next_time += self.period
-            delay = next_time - time.monotonic()
-            if delay > 0:
-                stop.wait(delay)
-            elif delay < -self.period:  # fell behind by a whole period: count it, no catch-up burst
-                self.counts["late_steps"] += 1
-                next_time = time.monotonic()
+        self.counts["late_steps"] += run_paced(self.step, self.period, stop, seconds)
         return self.summary()
 
     def summary(self) -> dict[str, Any]:

@@ -56,7 +56,6 @@ import re
 import socket
 import sys
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -69,6 +68,7 @@ from simdist.hardware.sim_robot import SimRobot
 from simdist.robots.ur5e import rtde_protocol as rtde
 from simdist.robots.ur5e import workspace
 from simdist.robots.ur5e.hardware import quaternion_to_rotvec, rotvec_to_matrix
+from simdist.runtime.realtime import run_paced
 from simdist.sim.config import TaskConfig
 
 RTDE_PORT, DASHBOARD_PORT, SCRIPT_PORTS = 30004, 29999, (30001, 30002, 30003)
@@ -781,17 +781,7 @@ class UR5eEmulator:
         """Run the servo cycle in real time until `stop` (or `seconds`); a summary of what happened."""
         if not self._listeners:
             self.open()
-        end = None if seconds is None else time.monotonic() + seconds
-        next_time = time.monotonic()
-        while not stop.is_set() and (end is None or time.monotonic() < end):
-            self.step()
-            next_time += self.period
-            delay = next_time - time.monotonic()
-            if delay > 0:
-                stop.wait(delay)
-            elif delay < -self.period:  # fell behind by a whole cycle: count it, no catch-up burst
-                self.counts["late_steps"] += 1
-                next_time = time.monotonic()
+        self.counts["late_steps"] += run_paced(self.step, self.period, stop, seconds)
         return self.summary()
 
     def summary(self) -> dict[str, Any]:
