@@ -322,7 +322,8 @@ def run(args: argparse.Namespace) -> int:
     s = result.stats.summary()
     print(
         f"ticks {s['ticks']}: fresh {s['fresh']}, late {s['late']} (ran the last plan's next step), held {s['held']}, "
-        f"missed {s['missed']}; errors {s['errors']}, swaps {s['swaps']}, episodes {s['episodes']}; "
+        f"missed {s['missed']}, stale {s['stale']}, safe stops {s['safe_stops']}; errors {s['errors']}, "
+        f"swaps {s['swaps']}, episodes {s['episodes']}; "
         f"plan p50 {s['plan_ms_p50']:.1f} ms, p99 {s['plan_ms_p99']:.1f} ms; state to command p50 "
         f"{s['act_ms_p50']:.1f} ms, p99 {s['act_ms_p99']:.1f} ms; model {result.version}"
     )
