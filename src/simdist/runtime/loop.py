@@ -7,7 +7,8 @@ Real time gives the planner a deadline (`deadline_fraction` of the period): a pl
 it arrives, and meanwhile each tick executes the next step of the last plan; whole periods the loop itself overran
 are counted as missed. Planning ahead (the planner config's `plan_ahead`), the plan from tick k's state is computed
 after tick k has acted, with that action as its fixed first step, and tick k+1 executes its step 1: a plan has the
-period between two ticks, and a tick waits for nothing but a plan that is late. Any exception in a tick sends the safe hold and is logged; the loop carries on.
+period between two ticks, and a tick waits for nothing but a plan that is late. Any exception in a tick sends the
+safe hold and is logged; the loop carries on.
 In real time, `scheduling` (simdist.runtime.realtime) puts the control thread and the planner thread under
 SCHED_FIFO, the planner one level below, so another process on the computer cannot delay a tick.
 """
@@ -46,9 +47,8 @@ from simdist.runtime.store import ModelStore
 from simdist.runtime.watchdog import HOLD, SAFE_STOP, Watchdog
 
 log = logging.getLogger(__name__)
-SAFE_STOP_CONFIRM_S = (
-    3.0  # real time: how long the safe stop is repeated until the robot is heard from after it
-)
+# real time: how long the safe stop is repeated until the robot is heard from after it
+SAFE_STOP_CONFIRM_S = 3.0
 
 
 class DeployLoop:
@@ -125,9 +125,8 @@ class DeployLoop:
         self._last_tick: int | None = None  # the last tick index run (a jump means periods were missed)
         self._last_plan: Plan | None = None
         self._plan_tick = 0
-        self._plan_lead = (
-            0  # the adopted plan's lead (1: planned ahead, its step 1 is for the tick after its own)
-        )
+        # the adopted plan's lead (1: planned ahead, its step 1 is for the tick after its own)
+        self._plan_lead = 0
         self._plan_episode = -1
         self._prev_action: np.ndarray | None = None
         self._needs_reset = True
