@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import struct
 import subprocess
@@ -437,8 +438,8 @@ def test_deploy_drives_the_emulated_ur5e_over_rtde_and_logs_every_tick(running: 
     )
     assert deploy.returncode == 0, deploy.stdout[-2000:] + deploy.stderr[-3000:]
     summary = emulator.summary()
-    ticks = int(deploy.stdout.split("ticks ")[1].split(":")[0])
-    missed = int(deploy.stdout.split("missed ")[1].split(";")[0])
+    ticks = int(re.search(r"ticks (\d+):", deploy.stdout).group(1))  # type: ignore[union-attr]
+    missed = int(re.search(r"missed (\d+)", deploy.stdout).group(1))  # type: ignore[union-attr]
     assert ticks + missed == 120 and ticks >= 110  # 12 s at 10 Hz, less periods a loaded machine skipped
     assert summary["commands"]["servoL"] >= ticks - 2 and summary["refused_commands"] == {}
     assert summary["commands"]["stopScript"] == 1 and not summary["script_running"]
