@@ -148,8 +148,9 @@ def test_real_time_a_plan_longer_than_the_deadline_is_fresh_only_when_planned_ah
     assert sum(len(e["proprio"]) for e in read_episodes(result.bag)) == stats.ticks
     if ahead:
         assert stats.fresh >= 0.7 * stats.ticks, stats.summary()
-        # the tick sends its command without waiting for a plan: well under the 85 ms a plan takes
-        assert np.median(stats.act_seconds) < 0.4 * 0.85 * 0.1, stats.summary()
+        # the tick sends its command without waiting for a plan: in a small part of this run's own plan time
+        assert np.median(stats.act_seconds) < 0.4 * np.median(stats.plan_seconds), stats.summary()
     else:
         assert stats.fresh <= 0.2 * stats.ticks and stats.late > 0.5 * stats.ticks, stats.summary()
-        assert np.median(stats.act_seconds) > 0.7 * 0.1, stats.summary()  # it waited out the deadline
+        # it waited out the deadline, most of a plan
+        assert np.median(stats.act_seconds) > 0.7 * np.median(stats.plan_seconds), stats.summary()

@@ -199,6 +199,16 @@ class DeployLoop:
         self._last_plan, self._plan_tick, self._plan_episode = result, job.tick, job.episode
         self._plan_lead = job.lead
 
+    def _adopt_finished(self) -> None:
+        """Adopt every plan the planner thread finished since the last look (real time)."""
+        assert self._thread is not None
+        while True:
+            try:
+                job, result, seconds = self._thread.results.get_nowait()
+            except queue.Empty:
+                return
+            self._adopt(job, result, seconds)
+
     def _planning_ahead(self) -> bool:
         """This tick's action comes from a plan made ahead (not from one for this tick)."""
         return (
@@ -212,12 +222,7 @@ class DeployLoop:
         if not self.realtime:
             return  # lockstep computed it in full at the end of the last tick
         assert self._thread is not None
-        while True:
-            try:
-                job, result, seconds = self._thread.results.get_nowait()
-            except queue.Empty:
-                break
-            self._adopt(job, result, seconds)
+        self._adopt_finished()
         if self._thread.busy and deadline is not None:
             try:
                 job, result, seconds = self._thread.results.get(timeout=max(deadline - time.monotonic(), 0.0))
@@ -244,12 +249,7 @@ class DeployLoop:
             return
         assert self._thread is not None
         submitted = False
-        while True:  # adopt what finished since the last tick first, so nothing adopted is older than it
-            try:
-                job, result, seconds = self._thread.results.get_nowait()
-            except queue.Empty:
-                break
-            self._adopt(job, result, seconds)
+        self._adopt_finished()  # first, so nothing adopted below is older than it
         while True:
             if not submitted and not self._thread.busy:  # a plan still running for an earlier tick goes first
                 self._thread.submit(self._job(k, command, image))
