@@ -67,6 +67,12 @@ class PlannerConfig:
     # whole control period instead of the part of it before the tick's deadline; the price is one period of delay
     # between a state and the first action planned from it. The first tick of an episode plans its own action.
     plan_ahead: bool = False
+    # The base policy's chunk also advanced by 1..policy_max_lead control steps (its step k first, the last step
+    # repeated at the end), the policy samples spread evenly over the leads, each lead's own chunk among them.
+    # A robot whose commands take effect later than in pretraining (actuator delay, a planning computer beside the
+    # robot) wants the policy's later steps now; which lead pays is for the dynamics to say, so a model that has
+    # learnt the delay from real data can choose it. 0: the chunk as the policy proposes it (the authors' planner).
+    policy_max_lead: int = 0
 
     def __post_init__(self) -> None:
         checks = [
@@ -83,6 +89,11 @@ class PlannerConfig:
             (self.disagreement_weight >= 0, "disagreement_weight must be >= 0"),
             (0 <= self.noise_correlation < 1, "noise_correlation must be in [0, 1)"),
             (self.budget_ms is None or self.budget_ms > 0, "budget_ms must be > 0 (or null: no deadline)"),
+            (0 <= self.policy_max_lead < self.horizon, "policy_max_lead must be in [0, horizon)"),
+            (
+                self.num_policy_samples == 0 or self.num_policy_samples > self.policy_max_lead,
+                "num_policy_samples must be > policy_max_lead (one sample per lead at least)",
+            ),
         ]
         for ok, message in checks:
             if not ok:

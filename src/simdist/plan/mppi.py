@@ -259,8 +259,14 @@ class Planner:
         if n_policy > 0 and policy_ok:
             extra = pool[n_gauss : n_gauss + n_policy]
             torch.randn(extra.shape, generator=self._generator, out=extra)
-            extra.mul_(cfg.policy_std).add_(policy)
-            extra[0] = policy  # the base policy's chunk itself always competes
+            extra.mul_(cfg.policy_std)
+            if cfg.policy_max_lead == 0:
+                extra.add_(policy)
+                extra[0] = policy  # the base policy's chunk itself always competes
+            else:  # sample i around the chunk advanced by i mod (L + 1) steps; each lead's own chunk competes
+                leads = self._leads(policy)
+                extra.add_(leads[torch.arange(n_policy, device=self.device) % leads.shape[0]])
+                extra[: leads.shape[0]] = leads
             n_extra = n_policy
         contexts = {n: ctx.expand(n) for n in {n_gauss, n_gauss + n_extra}}
         commands = {n: cmd.expand(n, -1, -1) for n in contexts}
@@ -333,6 +339,12 @@ class Planner:
                 policy if policy_ok else None, prev, elapsed, done, nonfinite, flags, "nonfinite_plan", pinned
             )
         return self._finish(actions, prev, warm, elapsed, done, float(best), nonfinite, None, flags)
+
+    def _leads(self, policy: Tensor) -> Tensor:
+        """(L+1,T,A): the policy's chunk advanced by 0..L steps, each padded by repeating its last step."""
+        n = self.config.policy_max_lead + 1
+        index = torch.arange(n, device=self.device)[:, None] + torch.arange(self.horizon, device=self.device)
+        return policy[index.clamp_(max=self.horizon - 1)]
 
     def _rate_violation(self, actions: Tensor, prev: Tensor | None) -> float:
         if self._max_delta is None:

@@ -1,0 +1,96 @@
+"""The base policy's chunk advanced by 1..L steps as extra candidates (`policy_max_lead`), for a plant whose commands
+take effect later than the policy was trained for."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from plan_toys import PointMass, planner_config
+
+from simdist.errors import ConfigError
+from simdist.plan import Planner
+
+
+class DelayedVelocity(PointMass):
+    """The latent is the velocity applied at each step: the chunk's action from `delay` steps before (the actions
+    still in flight before the chunk are zero). Rewarded for applying, at each step, the velocity the command asks
+    for at that step; the base policy proposes exactly those velocities, for a plant without delay."""
+
+    def __init__(self, delay: int, **kwargs: object) -> None:
+        super().__init__(effort=0.0, **kwargs)
+        self.delay = delay
+
+    def predict(self, ctx, actions):
+        self.predict_calls.append(actions.clone())
+        zeros = torch.zeros_like(actions[:, : self.delay])
+        return torch.cat([zeros, actions[:, : actions.shape[1] - self.delay]], dim=1)
+
+
+def _plan(model: PointMass, max_lead: int):
+    horizon = model.horizon
+    wanted = torch.stack([torch.linspace(1.0, 2.0, horizon), torch.linspace(0.0, -1.0, horizon)], dim=1)
+    model.policy = wanted[None].clone()  # each step distinct, so every lead is a different chunk
+    cfg = planner_config(
+        horizon=horizon,
+        num_samples=4,
+        num_policy_samples=8,
+        policy_std=0.0,
+        iterations=1,
+        elites=1,
+        init_std=1e-3,
+        min_std=1e-3,
+        policy_max_lead=max_lead,
+    )
+    planner = Planner(model, cfg, seed=1)
+    seen: list[torch.Tensor] = []
+    planner.on_candidates = lambda chunks, scores: seen.append(chunks.clone())
+    ctx = model.context(torch.zeros(1, 3, 2), torch.zeros(1, 3, 2), torch.ones(1, 3), torch.zeros(1, 2))
+    return planner.act(ctx, wanted), seen[0], wanted
+
+
+def test_the_policy_samples_are_the_chunk_at_each_lead_in_turn() -> None:
+    plan, candidates, policy = _plan(PointMass(horizon=6), max_lead=2)
+    policy_samples = candidates[4:]  # after the 4 Gaussian samples
+    for i, chunk in enumerate(policy_samples):
+        lead = i % 3
+        expected = torch.cat([policy[lead:], policy[-1:].expand(lead, -1)])
+        assert torch.equal(chunk, expected), f"sample {i} is not the chunk advanced by {lead}"
+
+
+@pytest.mark.parametrize("delay", [0, 1, 2])
+def test_a_delayed_plant_executes_the_policy_step_its_delay_needs(delay: int) -> None:
+    """The model knows the delay, so the lead that matches it scores best; without leads the planner cannot
+    compensate and executes the policy's first step."""
+    plan, _, policy = _plan(DelayedVelocity(delay, horizon=8), max_lead=3)
+    assert torch.allclose(plan.action, policy[delay], atol=1e-2)
+    plain, _, policy = _plan(DelayedVelocity(delay, horizon=8), max_lead=0)
+    assert torch.allclose(plain.action, policy[0], atol=1e-2)
+
+
+def test_without_leads_the_policy_samples_are_unchanged() -> None:
+    """policy_max_lead 0 is the authors' planner: noise around the policy's chunk, the chunk itself first."""
+    model = PointMass(horizon=5)
+    model.policy = torch.randn(1, 5, 2, generator=torch.Generator().manual_seed(0))
+    cfg = planner_config(horizon=5, num_samples=4, num_policy_samples=6, iterations=1, elites=2)
+    planner = Planner(model, cfg, seed=3)
+    seen: list[torch.Tensor] = []
+    planner.on_candidates = lambda chunks, scores: seen.append(chunks.clone())
+    ctx = model.context(torch.zeros(1, 3, 2), torch.zeros(1, 3, 2), torch.ones(1, 3), torch.zeros(1, 2))
+    planner.act(ctx, torch.ones(2))
+    policy_samples = seen[0][4:]
+    assert torch.equal(policy_samples[0], model.policy[0])
+    spread = (policy_samples[1:] - model.policy[0]).std()
+    assert 0.02 < float(spread) < 0.08  # policy_std 0.05 around the same chunk, not around advanced ones
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"policy_max_lead": -1}, "policy_max_lead must be in"),
+        ({"policy_max_lead": 4}, "policy_max_lead must be in"),
+        ({"policy_max_lead": 3, "num_policy_samples": 3}, "num_policy_samples must be > policy_max_lead"),
+    ],
+)
+def test_bad_leads_are_refused_in_one_line(changes: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        planner_config(**changes)
