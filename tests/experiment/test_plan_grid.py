@@ -27,8 +27,11 @@ def peg_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_every_setting_meets_every_version_and_a_rerun_resumes(
     peg_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    settings = [grid.parse_setting("cpu"), grid.parse_setting("wide:num_samples=8,iterations=2,elites=4")]
-    assert settings[1] == ("wide", {"num_samples": 8, "iterations": 2, "elites": 4})
+    settings = [
+        grid.parse_setting("cpu"),
+        grid.parse_setting("wide:num_samples=8,iterations=2,elites=4,policy_max_lead=2"),
+    ]
+    assert settings[1] == ("wide", {"num_samples": 8, "iterations": 2, "elites": 4, "policy_max_lead": 2})
     out = tmp_path / "grid"
     result = grid.measure(
         "ur5e_peg", "real", peg_model, [0, 1], settings, episodes=1, out=out, say=lambda _: None
@@ -36,7 +39,17 @@ def test_every_setting_meets_every_version_and_a_rerun_resumes(
     cells = result["cells"]
     assert sorted(cells) == ["v0000 cpu", "v0000 wide", "v0001 cpu", "v0001 wide"]
     assert all(c["episodes"] == 1 and c["value"] in (0.0, 1.0) for c in cells.values())
-    assert cells["v0001 wide"]["planner"] == {"name": "cpu", "num_samples": 8, "iterations": 2, "elites": 4}
+    assert cells["v0001 wide"]["planner"] == {
+        "name": "cpu",
+        "num_samples": 8,
+        "iterations": 2,
+        "elites": 4,
+        "policy_max_lead": 2,
+    }
+    # with leads, every tick after the first says which lead's chunk the model scored best; without, none do
+    shares = cells["v0001 wide"]["policy_lead"]
+    assert set(shares) <= {"0", "1", "2"} and sum(shares.values()) == pytest.approx(1.0)
+    assert "policy_lead" not in cells["v0001 cpu"]
     assert current_version(peg_model) == 1  # the model folder itself is never rolled back
     # a rerun on the same folder evaluates nothing: every cell is in grid.json already
     import simdist.runtime.adapt as adapt

@@ -63,8 +63,10 @@ def test_a_delayed_plant_executes_the_policy_step_its_delay_needs(delay: int) ->
     compensate and executes the policy's first step."""
     plan, _, policy = _plan(DelayedVelocity(delay, horizon=8), max_lead=3)
     assert torch.allclose(plan.action, policy[delay], atol=1e-2)
+    assert plan.stats.policy_lead == delay  # the delay the model believes in, reported per tick
     plain, _, policy = _plan(DelayedVelocity(delay, horizon=8), max_lead=0)
     assert torch.allclose(plain.action, policy[0], atol=1e-2)
+    assert plain.stats.policy_lead is None
 
 
 def test_without_leads_the_policy_samples_are_unchanged() -> None:

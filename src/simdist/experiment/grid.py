@@ -30,6 +30,30 @@ def parse_setting(text: str) -> tuple[str, dict[str, Any]]:
     return name.strip(), parse_overrides([k for k in keys.split(",") if k.strip()])
 
 
+class LeadCensus:
+    """Per tick, the lead whose own policy chunk the model scored best (`PlanStats.policy_lead`): the delay the
+    dynamics believe the robot has. Attached like the auditor, after the first tick; counts the ticks after it."""
+
+    def __init__(self) -> None:
+        self.counts: dict[int, int] = {}
+
+    def attach(self, loop: Any) -> None:
+        act = loop.planner.act
+
+        def act_and_count(*args: Any, **kwargs: Any) -> Any:
+            plan = act(*args, **kwargs)
+            lead = plan.stats.policy_lead
+            if lead is not None:
+                self.counts[lead] = self.counts.get(lead, 0) + 1
+            return plan
+
+        loop.planner.act = act_and_count
+
+    def shares(self) -> dict[str, float]:
+        total = sum(self.counts.values())
+        return {str(k): self.counts[k] / total for k in sorted(self.counts)} if total else {}
+
+
 def _versions(text: str) -> list[int]:
     from simdist.model.checkpoint import parse_version
 
@@ -99,7 +123,16 @@ def measure(
                     continue
                 planner_overrides = {"budget_ms": None, **changes}
                 discount = load_planner_config(planner, cfg.robot, planner_overrides).discount
-                auditor, on_start = auditing(audit_every, discount)
+                auditor, attach_auditor = auditing(audit_every, discount)
+                census = LeadCensus()
+
+                def on_start(
+                    loop: Any, auditor_start: Any = attach_auditor, census: LeadCensus = census
+                ) -> None:
+                    if auditor_start is not None:
+                        auditor_start(loop)
+                    census.attach(loop)
+
                 metric, value, ended = evaluate_on_robot(
                     cfg,
                     profile,
@@ -116,11 +149,17 @@ def measure(
                     "value": value,
                     "planner": {"name": planner, **changes},
                 }
+                if census.counts:
+                    cell["policy_lead"] = census.shares()
                 if auditor is not None:
                     cell["audit"] = {"every": audit_every, **summarise(auditor.records)}
                 result["metric"] = metric
                 result["cells"][key] = cell
-                say(f"{key}: {value:.3f} ({cell['falls']} falls, {cell['episodes']} episodes)")
+                leads = ", ".join(f"{k}: {v:.0%}" for k, v in cell.get("policy_lead", {}).items())
+                say(
+                    f"{key}: {value:.3f} ({cell['falls']} falls, {cell['episodes']} episodes)"
+                    + (f"; best policy lead {leads}" if leads else "")
+                )
                 if path is not None:
                     out.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
                     atomic_json(path, result)

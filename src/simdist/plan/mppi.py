@@ -29,6 +29,9 @@ class PlanStats:
     nonfinite_samples: int  # evaluated samples whose score was nan/inf (ignored)
     fallback: str | None  # None, "policy" (base policy's chunk) or "hold" (previous action)
     flags: tuple[str, ...]
+    # with `policy_max_lead`: the lead (steps) whose own policy chunk the model scored best this tick, i.e. the
+    # delay the dynamics believe the robot has; None without leads (or without a usable policy chunk)
+    policy_lead: int | None = None
 
 
 @dataclass(frozen=True)
@@ -272,6 +275,7 @@ class Planner:
         commands = {n: cmd.expand(n, -1, -1) for n in contexts}
 
         nonfinite = 0
+        lead: int | None = None
         best = torch.tensor(float("nan"))
         done, longest = 0, 0.0
         for iteration in range(cfg.iterations):
@@ -296,6 +300,8 @@ class Planner:
                 nonfinite += n_bad
                 new_scores = torch.where(finite, new_scores, -torch.inf)
             scores[:n_eval] = new_scores
+            if iteration == 0 and n_extra and cfg.policy_max_lead:
+                lead = int(new_scores[n_gauss : n_gauss + cfg.policy_max_lead + 1].argmax())
             if self.on_candidates is not None:
                 self.on_candidates(pool[:n_eval], new_scores)
             n_pool = n_gauss + n_extra
@@ -338,7 +344,7 @@ class Planner:
             return self._fallback(
                 policy if policy_ok else None, prev, elapsed, done, nonfinite, flags, "nonfinite_plan", pinned
             )
-        return self._finish(actions, prev, warm, elapsed, done, float(best), nonfinite, None, flags)
+        return self._finish(actions, prev, warm, elapsed, done, float(best), nonfinite, None, flags, lead)
 
     def _leads(self, policy: Tensor) -> Tensor:
         """(L+1,T,A): the policy's chunk advanced by 0..L steps, each padded by repeating its last step."""
@@ -389,9 +395,10 @@ class Planner:
         nonfinite: int,
         fallback: str | None,
         flags: list[str],
+        policy_lead: int | None = None,
     ) -> Plan:
         actions = actions.clone()
         self._last, self._last_prev = actions, prev
         self._last_was_fallback = fallback is not None  # the model could not score it: no warm start from it
-        stats = PlanStats(iterations, best, warm, elapsed, nonfinite, fallback, tuple(flags))
+        stats = PlanStats(iterations, best, warm, elapsed, nonfinite, fallback, tuple(flags), policy_lead)
         return Plan(action=actions[0].clone(), actions=actions, stats=stats)
