@@ -71,6 +71,30 @@ def test_merge_order_overrides_and_strict_keys(tmp_path, monkeypatch) -> None:
         load_planner_config("base", "arm", {"iterations": 2.5})
 
 
+def test_a_task_section_applies_to_its_task_only_after_the_robot_section(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("SIMDIST_CONFIG_DIR", str(tmp_path))
+    base = (
+        "num_samples: 10\nnum_policy_samples: 2\npolicy_std: 0.05\niterations: 3\nelites: 4\ntemperature: 0.5\n"
+        "init_std: 1.0\nmin_std: 0.1\nhorizon: 5\ndiscount: 0.9\nrobots:\n  legs: {iterations: 4, elites: 3}\n"
+        "tasks:\n  legs_ramp: {iterations: 2}\n"
+    )
+    write(tmp_path, "base", base)
+    write(
+        tmp_path,
+        "child",
+        "extends: base\nrobots:\n  legs: {elites: 2}\ntasks:\n  legs_ramp: {policy_max_lead: 1}\n",
+    )
+    plain = load_planner_config("child", "legs", task="legs_flat")
+    assert (plain.iterations, plain.elites, plain.policy_max_lead) == (4, 2, 0)
+    ramp = load_planner_config("child", "legs", task="legs_ramp")
+    assert (ramp.iterations, ramp.elites, ramp.policy_max_lead) == (2, 2, 1)  # the parent's task section too
+    assert load_planner_config("child", "legs", {"policy_max_lead": 0}, task="legs_ramp").policy_max_lead == 0
+    assert load_planner_config("child", "legs").iterations == 4  # no task: robot sections only
+    write(tmp_path, "typo", "extends: base\ntasks:\n  legs_ramp: {policy_max_leed: 1}\n")
+    with pytest.raises(ConfigError, match="tasks.legs_ramp.policy_max_leed"):
+        load_planner_config("typo", "legs", task="legs_ramp")
+
+
 def test_task_action_limits() -> None:
     from simdist.sim.config import load_task
 

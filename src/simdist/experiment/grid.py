@@ -101,7 +101,7 @@ def measure(
     if missing:
         raise ConfigError(f"{model}: no dynamics version {', '.join(version_label(v) for v in missing)}")
     for _name, changes in settings:  # a bad key or value fails here, before any evaluation
-        load_planner_config(planner, cfg.robot, {"budget_ms": None, **changes})
+        load_planner_config(planner, cfg.robot, {"budget_ms": None, **changes}, task=cfg.task)
     path = None if out is None else out / "grid.json"
     result: dict[str, Any] = {"task": task, "profile": profile, "model": str(model), "cells": {}}
     if path is not None and path.is_file():
@@ -122,7 +122,7 @@ def measure(
                 if key in result["cells"]:
                     continue
                 planner_overrides = {"budget_ms": None, **changes}
-                discount = load_planner_config(planner, cfg.robot, planner_overrides).discount
+                discount = load_planner_config(planner, cfg.robot, planner_overrides, task=cfg.task).discount
                 auditor, attach_auditor = auditing(audit_every, discount)
                 census = LeadCensus()
 

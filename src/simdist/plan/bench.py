@@ -350,7 +350,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         priority=getattr(args, "rt_priority", None), cpus=parse_cpus(getattr(args, "cpus", None))
     )
     model, model_info = _model(settings, getattr(args, "model", None), getattr(args, "model_preset", None))
-    configs = {name: load_planner_config(name, settings["robot"], overrides)}
+    configs = {name: load_planner_config(name, settings["robot"], overrides, task=settings["task"])}
     if name != BASELINE:
         # the authors' settings at one thread (gpu.yaml's), like ours: torch's default threads on a shared 2-core
         # machine made its ticks 5-7x slower and the baseline alone minutes long

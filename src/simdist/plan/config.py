@@ -1,8 +1,9 @@
 """Planner settings: config/planner/<name>.yaml built into a frozen `PlannerConfig`.
 
-A file holds shared settings at the top level and per-robot differences under `robots.<robot>`;
-`extends: <name>` starts from another file so that no setting is written twice. Merge order:
-parent top level, parent robot section, own top level, own robot section, then `--set` overrides.
+A file holds shared settings at the top level, per-robot differences under `robots.<robot>` and per-task ones
+(a task's deployed choice, measured on it) under `tasks.<task>`; `extends: <name>` starts from another file so that
+no setting is written twice. Merge order: parent top level, parent robot section, parent task section, own top
+level, own robot section, own task section, then `--set` overrides.
 """
 
 from __future__ import annotations
@@ -103,7 +104,25 @@ class PlannerConfig:
 _FIELDS = {f.name for f in dataclasses.fields(PlannerConfig)}
 
 
-def _flatten(name: str, robot: str, seen: tuple[str, ...] = ()) -> dict[str, Any]:
+def _sections(data: dict[str, Any], kind: str, name: str) -> Mapping[str, Any]:
+    """The `robots` or `tasks` mapping of a planner file, each section's keys checked."""
+    sections = data.pop(kind, {}) or {}
+    if not isinstance(sections, Mapping):
+        what = kind.removesuffix("s")
+        raise ConfigError(f"planner config '{name}': '{kind}' must be a mapping of {what} -> settings")
+    for section_name, section in sections.items():
+        if not isinstance(section, Mapping):
+            raise ConfigError(f"planner config '{name}': {kind}.{section_name} must be a mapping")
+        unknown = sorted(set(section) - _FIELDS)
+        if unknown:
+            raise ConfigError(
+                f"unknown key '{kind}.{section_name}.{unknown[0]}' in planner config '{name}' "
+                f"(valid: {', '.join(sorted(_FIELDS))})"
+            )
+    return sections
+
+
+def _flatten(name: str, robot: str, task: str | None, seen: tuple[str, ...] = ()) -> dict[str, Any]:
     if name in seen:
         raise ConfigError(f"planner config '{name}' extends itself ({' -> '.join((*seen, name))})")
     data = load_named("planner", name)
@@ -112,26 +131,21 @@ def _flatten(name: str, robot: str, seen: tuple[str, ...] = ()) -> dict[str, Any
     if parent is not None:
         if not isinstance(parent, str):
             raise ConfigError(f"planner config '{name}': 'extends' must be a config name")
-        merged = _flatten(parent, robot, (*seen, name))
-    robots = data.pop("robots", {}) or {}
-    if not isinstance(robots, Mapping):
-        raise ConfigError(f"planner config '{name}': 'robots' must be a mapping of robot -> settings")
-    for section_name, section in robots.items():
-        if not isinstance(section, Mapping):
-            raise ConfigError(f"planner config '{name}': robots.{section_name} must be a mapping")
-        unknown = sorted(set(section) - _FIELDS)
-        if unknown:
-            raise ConfigError(
-                f"unknown key 'robots.{section_name}.{unknown[0]}' in planner config '{name}' "
-                f"(valid: {', '.join(sorted(_FIELDS))})"
-            )
+        merged = _flatten(parent, robot, task, (*seen, name))
+    robots = _sections(data, "robots", name)
+    tasks = _sections(data, "tasks", name)
     merged.update(data)
     merged.update(robots.get(robot, {}))
+    if task is not None:
+        merged.update(tasks.get(task, {}))
     return merged
 
 
-def load_planner_config(name: str, robot: str, overrides: Mapping[str, Any] | None = None) -> PlannerConfig:
-    """Build the planner settings of config/planner/<name>.yaml for `robot` (go2, ur5e, ...).
+def load_planner_config(
+    name: str, robot: str, overrides: Mapping[str, Any] | None = None, *, task: str | None = None
+) -> PlannerConfig:
+    """Build the planner settings of config/planner/<name>.yaml for `robot` (go2, ur5e, ...) and, when given,
+    `task` (its `tasks.<task>` section: what was measured to suit that task).
 
     Raises:
         ConfigError: unknown file, key, robot-section key or value, or a wrong type.
@@ -140,7 +154,7 @@ def load_planner_config(name: str, robot: str, overrides: Mapping[str, Any] | No
         f.name: f.default for f in dataclasses.fields(PlannerConfig) if f.default is not dataclasses.MISSING
     }
     # defaults first so that `--set compile=true` works when the file leaves a field at its default
-    data = {**defaults, **_flatten(name, robot)}
+    data = {**defaults, **_flatten(name, robot, task)}
     if overrides:
         data = apply_overrides(data, overrides)
     return build(PlannerConfig, data, "planner")

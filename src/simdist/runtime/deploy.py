@@ -136,7 +136,7 @@ def run_deploy(
         fixed = np.asarray(command if command is not None else default_command(cfg), dtype=np.float32)
         command_fn = fixed.copy
     planner_cfg = load_planner_config(
-        planner, cfg.robot, {**dict(planner_overrides or {}), "horizon": store.model.horizon}
+        planner, cfg.robot, {**dict(planner_overrides or {}), "horizon": store.model.horizon}, task=cfg.task
     )
     limits = task_action_limits(cfg)
     camera_ingest = _camera(camera, robot, cfg)

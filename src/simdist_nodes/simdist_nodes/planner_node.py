@@ -128,7 +128,9 @@ class PlannerNode(Node):
                 lambda: self._image, width=self.cfg.camera.width, height=self.cfg.camera.height
             )
 
-        planner_cfg = load_planner_config(planner, self.cfg.robot, {"horizon": self.store.model.horizon})
+        planner_cfg = load_planner_config(
+            planner, self.cfg.robot, {"horizon": self.store.model.horizon}, task=self.cfg.task
+        )
         self.loop = DeployLoop(
             robot=self.robot,
             robot_kind=self.cfg.robot,
