@@ -340,4 +340,13 @@ def test_finetune_command_publishes_into_a_working_copy_unless_in_place(
     assert {p.name: _hash(p) for p in go2_model.rglob("*") if p.is_file()} == before  # the source untouched
     assert list_versions(copy) == [0, 1] and current_version(copy) == 1
     assert main([*args, "--out", str(copy)]) == 2  # an existing working copy is never overwritten
+    # full finetuning only ever writes a model of its own
+    assert main([*args, "--trainable", "all", "--in-place"]) == 2
+    assert main([*args, "--trainable", "all"]) == 2
+    assert "--out NEW_FOLDER" in capsys.readouterr().err
+    assert main([*args, "--trainable", "all", "--out", str(tmp_path / "full")]) == 0
+    assert "fully finetuned model" in capsys.readouterr().out and list_versions(tmp_path / "full") == [0]
+    assert {p.name: _hash(p) for p in go2_model.rglob("*") if p.is_file() and "reports" not in p.parts} == {
+        k: v for k, v in before.items()
+    }
     assert main([*args, "--in-place"]) == 0 and current_version(go2_model) == 1

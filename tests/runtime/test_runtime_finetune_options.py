@@ -34,7 +34,7 @@ def test_every_finetune_flag_reaches_its_field() -> None:
     argv = ["--model", "m", "--bag", "b", "--sim-data", "sim", "--sim-share", "0.5", "--batch-size", "8"]
     argv += ["--lr", "1e-3", "--warmup-steps", "5", "--max-epochs", "3", "--max-steps", "40"]
     argv += ["--max-minutes", "1.5", "--val-fraction", "0.1", "--eval-every", "7", "--patience", "2"]
-    argv += ["--min-improvement", "0.01", "--seed", "4", "--threads", "1"]
+    argv += ["--min-improvement", "0.01", "--seed", "4", "--threads", "1", "--trainable", "all"]
     options = fo.options_from_args(_parse(ft.add_arguments, argv), ft.CLI_OPTIONS)
     assert options == dataclasses.replace(
         fo.FinetuneOptions(),
@@ -52,6 +52,7 @@ def test_every_finetune_flag_reaches_its_field() -> None:
         min_improvement=0.01,
         seed=4,
         threads=1,
+        trainable="all",
     )
 
 
@@ -61,5 +62,5 @@ def test_max_minutes_zero_is_no_budget() -> None:
 
 
 def test_only_declared_options_become_flags() -> None:
-    with pytest.raises(ValueError, match="trainable"):
-        fo.add_option_arguments(argparse.ArgumentParser(), ["trainable"])
+    with pytest.raises(ValueError, match="eval_windows"):
+        fo.add_option_arguments(argparse.ArgumentParser(), ["eval_windows"])

@@ -331,6 +331,7 @@ CLI_OPTIONS = (
     "min_improvement",
     "seed",
     "threads",
+    "trainable",
 )
 
 
@@ -377,16 +378,29 @@ def working_copy(model: Path, out: Path | None) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    options = options_from_args(args, CLI_OPTIONS)
+    full = options.trainable == "all"
+    if full and (args.in_place or args.out is None):
+        raise ConfigError(
+            "--trainable all changes weights every dynamics version of --model shares: give --out NEW_FOLDER "
+            "(a model of its own), never --in-place"
+        )
     real_episodes(args.bags)  # a bad bag is refused before a working copy is made
-    folder = args.model if args.in_place else working_copy(args.model, args.out)
-    if folder != args.model:
-        print(f"finetuning a working copy: {folder} (of {args.model}; --in-place updates that folder)")
+    if full:
+        folder = args.model  # read only: finetune writes the new model to --out
+    else:
+        folder = args.model if args.in_place else working_copy(args.model, args.out)
+        if folder != args.model:
+            print(f"finetuning a working copy: {folder} (of {args.model}; --in-place updates that folder)")
     report = finetune(
-        folder, args.bags, options_from_args(args, CLI_OPTIONS), log=lambda m: print(m, flush=True)
+        folder, args.bags, options, out=args.out if full else None, log=lambda m: print(m, flush=True)
     )
-    outcome = (
-        f"published {version_label(report.version)}" if report.version is not None else "nothing published"
-    )
+    if report.version is None:
+        outcome = "nothing published"
+    elif full:
+        outcome = f"wrote the fully finetuned model {report.model}"
+    else:
+        outcome = f"published {version_label(report.version)}"
     print(
         f"{outcome}: {report.reason}; {report.minutes_of_data:.1f} min of data, {report.steps} steps "
         f"({report.epochs:.1f} epochs) in {report.seconds:.0f} s; report {report.report_json}"

@@ -48,7 +48,11 @@ class FinetuneOptions:
     )
     # "dynamics" (SimDist: every dynamics member), "all" (the full-finetuning baseline), or "new_members" (an
     # ensemble's members 1..K-1 only, member 0 kept: how `simdist ensemble` trains fresh members)
-    trainable: str = "dynamics"
+    trainable: str = _option(
+        "dynamics",
+        "what trains: dynamics (SimDist: every dynamics member), all (the full-finetuning baseline; it writes a "
+        "model of its own to --out), new_members (an ensemble's fresh members)",
+    )
     # Full finetuning only (trainable="all"), so that the forgetting baseline is the strongest reasonable one:
     # latent targets from an exponential moving average of the encoder (not the encoder being trained), and the
     # starting model's reward, value and policy outputs on the same real windows as anchors (weight below).
