@@ -13,7 +13,7 @@ TARGETS: dict[str, str] = {
     "data": "simdist.data.bench",
     "planner": "simdist.plan.bench",
     "ros": "simdist_bringup.bench",  # the ROS packages (a checkout's src/ or a colcon install) and rclpy
-    "faults": "simdist.hardware.faults",  # the deploy stack against the Go2 emulator, one fault at a time
+    "faults": "simdist.hardware.faults",  # the deploy stack against a robot emulator, one fault at a time
 }
 
 

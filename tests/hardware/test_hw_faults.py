@@ -61,7 +61,7 @@ def test_a_dropped_state_ends_in_a_safe_stop_the_emulated_robot_receives(tmp_pat
         task="go2_slope",
         model=str(resolve_model("go2_slope", None)),
         seconds=6.0,
-        domain=200 + os.getpid() % 30,
+        address=f"lo:{200 + os.getpid() % 30}",
         out_dir=tmp_path,
     )
     assert outcome.unsafe_commands == 0 and outcome.safe_stop and outcome.stale >= 10

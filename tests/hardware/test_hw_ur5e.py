@@ -165,3 +165,104 @@ def test_urs_tcp_force_becomes_the_sensors_own_reading_as_the_simulator_measures
     # tool pointing down (rotation pi about x): a push up on the peg is +z in base axes and -z at the sensor
     down = tcp_wrench_to_sensor(np.array([0.0, 0.0, 5.0, 0.0, 0.0, 0.0]), np.array([np.pi, 0.0, 0.0]), 0.08)
     np.testing.assert_allclose(down, [0.0, 0.0, -5.0, 0.0, 0.0, 0.0], atol=1e-9)
+
+
+class SilentArmControl(FakeControl):
+    """ur_rtde's control interface while the arm's state stream is gone: every call that waits for the script's
+    answer (servoStop, stopScript, getJointTorques) or the disconnect blocks until the stream is back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import threading
+
+        self.stream_back = threading.Event()
+
+    def _blocks(self, name: str) -> None:
+        self.calls.append((name,))
+        self.stream_back.wait()
+
+    def servoStop(self, a: float) -> bool:  # noqa: N802
+        self._blocks("servoStop")
+        return True
+
+    def stopScript(self) -> None:  # noqa: N802
+        self._blocks("stopScript")
+
+    def disconnect(self) -> None:
+        self._blocks("disconnect")
+
+    def getJointTorques(self) -> list[float]:  # noqa: N802
+        self._blocks("getJointTorques")
+        return [0.0] * 6
+
+    def kickWatchdog(self) -> bool:  # noqa: N802
+        self.calls.append(("kickWatchdog",))
+        return True
+
+
+def test_an_arm_not_heard_from_never_blocks_the_hold_or_the_stop() -> None:
+    """The state stream stopped (found by `simdist bench faults --task ur5e_peg`): the hold's servoStop blocked a
+    tick for 2.4 s and stop() never returned (ur_rtde reconnecting inside stopScript and disconnect), so the deploy
+    process hung after its safe stop. Now nothing that waits is sent to an arm not heard from (its RTDE watchdog
+    stops it), and the disconnect is bounded."""
+    import threading
+    import time
+
+    from simdist.robots.ur5e import hardware
+
+    control, receive = SilentArmControl(), FakeReceive()
+    robot = UR5eRobot(receive, control, control_hz=10.0, watchdog_hz=hardware.WATCHDOG_HZ)
+    robot._servoing = True
+    # the stream stopped a second ago: the controller clock has not moved since
+    robot._robot_time, robot._fresh_at = receive.time, time.monotonic() - 1.0
+    robot.read()  # no getJointTorques: it would wait
+    done = threading.Thread(target=lambda: (robot.hold(), robot.stop()), daemon=True)
+    started = time.monotonic()
+    done.start()
+    done.join(timeout=hardware.DISCONNECT_WAIT_S + 5.0)
+    try:
+        assert not done.is_alive(), control.calls
+        assert time.monotonic() - started < hardware.DISCONNECT_WAIT_S + 2.0
+        assert [c[0] for c in control.calls] == ["disconnect"]  # no servoStop, stopScript or torques
+        assert receive.disconnected
+    finally:
+        control.stream_back.set()
+
+
+def test_a_live_arms_hold_stops_the_servo_then_kicks_its_watchdog() -> None:
+    from simdist.robots.ur5e import hardware
+
+    control = SilentArmControl()
+    control.stream_back.set()  # answers come
+    robot = UR5eRobot(FakeReceive(), control, control_hz=10.0, watchdog_hz=hardware.WATCHDOG_HZ)
+    robot.read()
+    robot._servoing = robot._watchdog_set = True
+    robot.hold()
+    robot.hold()
+    assert [c[0] for c in control.calls] == ["getJointTorques", "servoStop", "kickWatchdog"]
+
+
+def test_the_first_servo_command_sets_the_arms_rtde_watchdog(monkeypatch: pytest.MonkeyPatch) -> None:
+    from simdist.robots.ur5e import hardware
+
+    calls: list[float] = []
+
+    class Control(FakeControl):
+        def __init__(self, host: str, hz: float) -> None:
+            super().__init__()
+
+        def setWatchdog(self, hz: float) -> bool:  # noqa: N802
+            calls.append(hz)
+            return True
+
+        def servoL(self, *args: object) -> bool:  # noqa: N802
+            return True
+
+    receive_module = type("M", (), {"RTDEReceiveInterface": lambda host, hz: FakeReceive()})
+    control_module = type("M", (), {"RTDEControlInterface": Control})
+    monkeypatch.setattr(hardware, "_import_rtde", lambda: (receive_module, control_module))
+    robot = UR5eRobot.connect("192.0.2.1")
+    assert calls == []  # not at connect: the loop may start seconds later
+    robot.send_tool_pose(np.array([0.4, 0.1, 0.1, np.pi, 0.0, 0.0]))
+    robot.send_tool_pose(np.array([0.4, 0.1, 0.1, np.pi, 0.0, 0.0]))
+    assert calls == [hardware.WATCHDOG_HZ]

@@ -12,8 +12,6 @@ import socket
 import struct
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +31,6 @@ from simdist.robots.ur5e.emulator import (
 )
 from simdist.sim.config import load_task
 
-NO_NOISE = {
-    f"observation_noise.{k}": 0.0
-    for k in ("joint_pos", "joint_vel", "tool_pos", "tool_quat", "tool_vel", "wrench")
-}
 _hosts = iter(range(1, 250))
 
 
@@ -53,26 +47,6 @@ def _port_free(host: str, port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-@pytest.fixture
-def running() -> Iterator[Any]:
-    """Start an emulator in a thread: running(host[, task overrides: noise-free sensors]) -> the emulator."""
-    started: list[tuple[UR5eEmulator, threading.Event, threading.Thread]] = []
-
-    def start(host: str, overrides: dict[str, Any] = NO_NOISE) -> UR5eEmulator:
-        emulator = UR5eEmulator(load_task("ur5e_peg", overrides), "sim", host=host).open()
-        stop = threading.Event()
-        thread = threading.Thread(target=emulator.serve, args=(stop,), daemon=True)
-        thread.start()
-        started.append((emulator, stop, thread))
-        return emulator
-
-    yield start
-    for emulator, stop, thread in started:
-        stop.set()
-        thread.join(timeout=5)
-        emulator.close()
 
 
 def _client(code: str, host: str, timeout: float = 25.0) -> dict[str, Any]:

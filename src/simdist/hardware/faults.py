@@ -1,14 +1,16 @@
-"""`simdist bench faults`: the deploy stack against the Go2 emulator (`simdist emulate`) with one fault at a time, each
-measured where it matters: at the emulated robot (every command it received checked against the Go2's limits, when
-damping began) and in the bag (how many of the run's ticks it kept).
+"""`simdist bench faults`: the deploy stack against a robot's emulator (`simdist emulate`: the Go2 on DDS, the UR5e
+behind RTDE) with one fault at a time, each measured where it matters: at the emulated robot (every command it
+received checked against the robot's limits, when the robot was stopped: the Go2's damping, the UR5e's servoStop or
+its script stopping) and in the bag (how many of the run's ticks it kept).
 
 Faults (seconds after the first command): the robot's state delayed 0.1 s and 1 s, or dropped for good, and the robot
-leaving the DDS domain for 2 s (the emulator's `--fault`); an exception in every plan, and NaN from the world model for
-0.5 s (patched into the deploy process, which is otherwise `simdist deploy`); CPU load (two busy processes beside
-it); a malformed config (deploy must refuse in one line and send nothing); a corrupt bag (finetune must refuse in one
-line); finetune killed while it trains and writes (every version in the model folder must still load). Each run
-is its own emulator and deploy process on its own DDS domain. The table is printed and the whole
-result saved as JSON (`--out`, default runs/faults/faults.json).
+leaving the network for 2 s (the Go2's DDS channels, the UR5e controller's sockets; the emulator's `--fault`); an
+exception in every plan, and NaN from the world model for 0.5 s (patched into the deploy process, which is otherwise
+`simdist deploy`); CPU load (two busy processes beside it); a malformed config (deploy must refuse in one line and
+send nothing); for the Go2 also a corrupt bag (finetune must refuse in one line) and finetune killed while it trains
+and writes (every version in the model folder must still load). Each run is its own emulator and deploy process on
+its own address (a DDS domain for the Go2, a loopback address for the UR5e, whose RTDE ports are fixed). The table
+is printed and the whole result saved as JSON (`--out`, default runs/faults/faults.json).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from simdist.atomic import write_text
+from simdist.errors import ConfigError
 
 START_S = 3.0  # faults begin this long after the first command (the loop is warm and walking by then)
 
@@ -43,34 +46,86 @@ class Scenario:
     notes: str = ""
 
 
-SCENARIOS = (
-    Scenario("none"),
-    Scenario("state_delay_0.1s", emulator=(f"state_gap:{START_S}:0.1",)),
-    Scenario(
-        "state_delay_1s",
-        emulator=(f"state_gap:{START_S}:1",),
-        expect_hold=True,
-        notes="stale after 0.1 s: held 0.9 s, under the 1 s safe stop",
+def _common(vanish: str, vanish_notes: str, stop_s: float, exception_notes: str) -> tuple[Scenario, ...]:
+    """The scenarios every robot runs; `vanish`: the name of the robot leaving the network; `stop_s`: how soon the
+    safe stop must reach the robot after the state stopped."""
+    return (
+        Scenario("none"),
+        Scenario("state_delay_0.1s", emulator=(f"state_gap:{START_S}:0.1",)),
+        Scenario(
+            "state_delay_1s",
+            emulator=(f"state_gap:{START_S}:1",),
+            expect_hold=True,
+            notes="stale after 0.1 s: held 0.9 s, under the 1 s safe stop",
+        ),
+        Scenario(
+            "state_dropped", emulator=(f"state_gap:{START_S}:1000",), expect_stop=True, stop_within_s=stop_s
+        ),
+        Scenario(
+            vanish,
+            emulator=(f"vanish:{START_S}:2",),
+            expect_stop=True,
+            stop_within_s=2.5,
+            notes=vanish_notes,
+        ),
+        Scenario(
+            "planner_exception",
+            deploy=(f"planner_exception:{START_S}:1000",),
+            expect_stop=True,
+            stop_within_s=2.0,
+            notes=exception_notes,
+        ),
+        Scenario("nonfinite_model_0.5s", deploy=(f"nonfinite_model:{START_S}:0.5",), expect_hold=True),
+        Scenario("cpu_load", load=2),
+        Scenario("malformed_config", deploy_args=("--planner-set", "num_samples=-3"), expect_refusal=True),
+    )
+
+
+@dataclass(frozen=True)
+class BenchRobot:
+    """How the bench reaches one robot's emulator and reads its summary."""
+
+    address: Any  # (run index) -> the emulator's address, as deploy's --robot takes it after '<robot>:'
+    commands_key: str  # the summary's count of commands received
+    stops_key: str  # the summary's times the robot was stopped (seconds after the first command)
+    scenarios: tuple[Scenario, ...]
+    ticks_per_s: int  # the task's control rate: the bag may lose at most a second of ticks
+    bag_faults: bool = False  # also the corrupt bag and finetune killed
+    emulator_args: tuple[str, ...] = ()
+
+
+ROBOTS = {
+    "go2": BenchRobot(
+        address=lambda i: f"lo:{40 + os.getpid() % 100 + i}",
+        commands_key="lowcmd",
+        stops_key="damping_at_s",
+        scenarios=_common(
+            "robot_leaves_dds_2s",
+            "gone 2 s: the safe stop is repeated until the robot is heard from",
+            1.5,
+            "the last plan's steps run out (0.5 s), then 1 s of hold",
+        ),
+        ticks_per_s=50,
+        bag_faults=True,
     ),
-    Scenario("state_dropped", emulator=(f"state_gap:{START_S}:1000",), expect_stop=True),
-    Scenario(
-        "robot_leaves_dds_2s",
-        emulator=(f"vanish:{START_S}:2",),
-        expect_stop=True,
-        stop_within_s=2.5,
-        notes="gone 2 s: the safe stop is repeated until the robot is heard from",
+    # ur_rtde's ports are fixed: one loopback address per run; its safe stop is the hold (servoStop) at once
+    "ur5e": BenchRobot(
+        address=lambda i: f"127.{os.getpid() % 200 + 20}.{100 + i}.1",
+        commands_key="servo_commands",
+        stops_key="stopped_at_s",
+        scenarios=_common(
+            "controller_vanishes_2s",
+            "sockets gone 2 s: the RTDE watchdog stops the script at the arm",
+            1.5,
+            "the last plan's steps run out, then servoStop",
+        ),
+        ticks_per_s=10,
+        # each fault alone: the task's 200 N protective stop (which the shipped model's insertion reaches in a
+        # plain run, docs/faults.md) would end every run at the insertion
+        emulator_args=("--set", "termination.max_force_n=2000"),
     ),
-    Scenario(
-        "planner_exception",
-        deploy=(f"planner_exception:{START_S}:1000",),
-        expect_stop=True,
-        stop_within_s=2.0,
-        notes="the last plan's steps run out (0.5 s), then 1 s of hold",
-    ),
-    Scenario("nonfinite_model_0.5s", deploy=(f"nonfinite_model:{START_S}:0.5",), expect_hold=True),
-    Scenario("cpu_load", load=2),
-    Scenario("malformed_config", deploy_args=("--planner-set", "num_samples=-3"), expect_refusal=True),
-)
+}
+SCENARIOS = ROBOTS["go2"].scenarios
 
 
 @dataclass
@@ -87,7 +142,9 @@ class Outcome:
     missed: int | None = None
     stale: int | None = None
     safe_stop: bool | None = None
-    time_to_safe_stop_s: float | None = None  # from the fault's start to damping at the robot
+    time_to_safe_stop_s: float | None = (
+        None  # from the fault's start to the robot's stop (damping, servoStop)
+    )
     exit_code: int | None = None
     error_line: str | None = None
     notes: str = ""
@@ -182,9 +239,18 @@ def _error_line(stderr: str) -> str | None:
     return lines[-1] if lines else None
 
 
+def _robot_of(task: str) -> str:
+    from simdist.sim.config import load_task
+
+    return load_task(task).robot
+
+
 def run_scenario(
-    scenario: Scenario, *, task: str, model: str, seconds: float, domain: int, out_dir: Path
+    scenario: Scenario, *, task: str, model: str, seconds: float, address: str, out_dir: Path
 ) -> Outcome:
+    """One scenario: the emulator at `address` (as deploy's --robot takes it after '<robot>:'), the deploy run."""
+    kind = _robot_of(task)
+    bench_robot = ROBOTS[kind]
     outcome = Outcome(scenario.name, notes=scenario.notes)
     emulate = [
         *_python(),
@@ -194,12 +260,13 @@ def run_scenario(
         "--task",
         task,
         "--address",
-        f"lo:{domain}",
+        address,
         "--seconds",
         str(seconds + 20.0),
     ]
     for fault in scenario.emulator:
         emulate += ["--fault", fault]
+    emulate += bench_robot.emulator_args
     emulator = subprocess.Popen(
         emulate, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
     )
@@ -217,7 +284,7 @@ def run_scenario(
                 "--task",
                 task,
                 "--robot",
-                f"go2:lo:{domain}",
+                f"{kind}:{address}",
             ]
             deploy += ["--model", model, "--minutes", str(seconds / 60.0), "--bag-dir", str(bag_dir)]
             done = subprocess.run(
@@ -228,7 +295,7 @@ def run_scenario(
             args = [
                 json.dumps(list(scenario.deploy)),
                 task,
-                f"go2:lo:{domain}",
+                f"{kind}:{address}",
                 model,
                 str(seconds),
                 str(bag_dir),
@@ -262,15 +329,15 @@ def run_scenario(
     robot = _last_json(stdout) or {}
     outcome.unsafe_commands = robot.get("unsafe_commands")
     outcome.unsafe_reasons = robot.get("unsafe_reasons", [])
-    outcome.commands = robot.get("lowcmd")
-    damping = [t for t in robot.get("damping_at_s", []) if t >= START_S]
-    if scenario.expect_stop and outcome.safe_stop and damping:
-        outcome.time_to_safe_stop_s = round(damping[0] - START_S, 3)
-    outcome.ok = _judge(scenario, outcome, seconds)
+    outcome.commands = robot.get(bench_robot.commands_key)
+    stops = [t for t in robot.get(bench_robot.stops_key, []) if t >= START_S]
+    if scenario.expect_stop and outcome.safe_stop and stops:
+        outcome.time_to_safe_stop_s = round(stops[0] - START_S, 3)
+    outcome.ok = _judge(scenario, outcome, seconds, bag_slack=bench_robot.ticks_per_s)
     return outcome
 
 
-def _judge(scenario: Scenario, o: Outcome, seconds: float) -> bool:
+def _judge(scenario: Scenario, o: Outcome, seconds: float, *, bag_slack: int = 50) -> bool:
     """No unsafe command reached the robot, and the run did what it should: refused in one line (a malformed
     config; the robot got no command), stopped safely (soon enough after the fault, at the robot), or ran to its end;
     the bag kept every tick but at most the last second's."""
@@ -278,7 +345,7 @@ def _judge(scenario: Scenario, o: Outcome, seconds: float) -> bool:
         return False
     if scenario.expect_refusal:
         return o.exit_code not in (0, None) and o.error_line is not None and o.commands == 0
-    if o.ticks is None or o.bag_ticks is None or o.ticks - o.bag_ticks > 50:
+    if o.ticks is None or o.bag_ticks is None or o.ticks - o.bag_ticks > bag_slack:
         return False
     if scenario.expect_stop:
         return (
@@ -286,7 +353,7 @@ def _judge(scenario: Scenario, o: Outcome, seconds: float) -> bool:
             and o.time_to_safe_stop_s is not None
             and o.time_to_safe_stop_s <= scenario.stop_within_s
         )
-    if scenario.expect_hold and not (o.held or 0) >= 10:
+    if scenario.expect_hold and not (o.held or 0) >= max(bag_slack // 5, 2):  # 0.2 s of held ticks
         return False
     return not o.safe_stop
 
@@ -369,22 +436,29 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     from simdist.runtime.deploy import resolve_model
 
     task = args.task
+    kind = _robot_of(task)
+    if kind not in ROBOTS:
+        raise ConfigError(
+            f"bench faults: no emulator to run task {task} against (robots: {', '.join(ROBOTS)})"
+        )
+    bench_robot = ROBOTS[kind]
     model = str(resolve_model(task, getattr(args, "model", None)))
     seconds = float(getattr(args, "seconds", None) or 8.0)
     out_dir = Path(getattr(args, "out", None) or "runs/faults")
     out_dir.mkdir(parents=True, exist_ok=True)
     wanted = getattr(args, "faults", None)
-    chosen = [s for s in SCENARIOS if not wanted or s.name in wanted.split(",")]
+    chosen = [s for s in bench_robot.scenarios if not wanted or s.name in wanted.split(",")]
     outcomes = []
-    base = 40 + os.getpid() % 100
     for i, scenario in enumerate(chosen):
+        address = bench_robot.address(i)
         outcomes.append(
-            run_scenario(scenario, task=task, model=model, seconds=seconds, domain=base + i, out_dir=out_dir)
+            run_scenario(scenario, task=task, model=model, seconds=seconds, address=address, out_dir=out_dir)
         )
     source = next((out_dir / "none").glob("run_*"), None) if (out_dir / "none").is_dir() else None
-    if not wanted or "corrupt_bag" in wanted.split(","):
+    extra = bench_robot.bag_faults
+    if extra and (not wanted or "corrupt_bag" in wanted.split(",")):
         outcomes.append(_corrupt_bag(model, out_dir, source))
-    if not wanted or "finetune_killed" in wanted.split(","):
+    if extra and (not wanted or "finetune_killed" in wanted.split(",")):
         outcomes.append(_finetune_killed(model, out_dir, source))
     result = {
         "task": task,

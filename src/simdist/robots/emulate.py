@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KIND:START:DURATION",
-        help="misbehave on schedule, seconds after the first command (Go2: state_gap, vanish); repeatable",
+        help="misbehave on schedule, seconds after the first command: state_gap, vanish; repeatable",
     )
     add_overrides_argument(parser)
 

@@ -153,14 +153,12 @@ class Go2(RobotDescription):
         self, cfg: TaskConfig, profile: str, address: str, *, seed: int = 0, faults: Sequence[str] = ()
     ) -> Any:
         """The MuJoCo Go2 on rt/lowstate and rt/lowcmd at `IFACE[:DOMAIN]` (default lo:1); `faults` as
-        `KIND:START_S:DURATION_S` (`simdist.robots.go2.emulator.Fault`)."""
-        from simdist.robots.go2.emulator import Fault, Go2Emulator
+        `KIND:START_S:DURATION_S` (`simdist.hardware.emulated_faults.Fault`)."""
+        from simdist.hardware.emulated_faults import parse_faults
+        from simdist.robots.go2.emulator import Go2Emulator
 
         iface, domain = parse_address(address or "lo:1", domain=1)
-        try:
-            parsed = [Fault.parse(f) for f in faults]
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
+        parsed = parse_faults(tuple(faults))
         return Go2Emulator(cfg, profile, iface=iface or "lo", domain=domain, seed=seed, faults=parsed)
 
     def actuator(self, robot: Any, cfg: TaskConfig, command: Callable[[], np.ndarray]) -> Actuator:

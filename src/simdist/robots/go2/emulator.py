@@ -31,11 +31,11 @@ import dataclasses
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from simdist.hardware.emulated_faults import Fault, FaultSchedule, UnsafeTally
 from simdist.hardware.sim_robot import SimRobot
 from simdist.hardware.state import RobotState
 from simdist.robots.go2.hardware import HEAD, LOWCMD_TOPIC, LOWSTATE_TOPIC, MODE_SERVO, NUM_MOTORS, _sdk
@@ -44,38 +44,10 @@ from simdist.sim.config import TaskConfig
 
 log = logging.getLogger(__name__)
 RUN_FOREVER_S = 1e7  # an episode "time limit" no run reaches
-FAULT_KINDS = ("state_gap", "vanish")
+__all__ = ["CommandCheck", "Fault", "Go2Emulator"]
 
 
-@dataclass(frozen=True)
-class Fault:
-    """`kind` from `start_s` (after the first command arrived) for `duration_s`."""
-
-    kind: str
-    start_s: float
-    duration_s: float
-
-    @classmethod
-    def parse(cls, text: str) -> Fault:
-        """`KIND:START:DURATION`, e.g. `state_gap:3:1`; a bad one is one ValueError line."""
-        parts = text.split(":")
-        try:
-            kind, start, duration = parts[0], float(parts[1]), float(parts[2])
-        except (IndexError, ValueError):
-            raise ValueError(
-                f"fault '{text}': expected KIND:START_S:DURATION_S, e.g. state_gap:3:1"
-            ) from None
-        if kind not in FAULT_KINDS or len(parts) != 3 or start < 0 or duration <= 0:
-            raise ValueError(
-                f"fault '{text}': kind one of {', '.join(FAULT_KINDS)}, start >= 0, duration > 0"
-            )
-        return cls(kind, start, duration)
-
-    def active(self, t: float | None) -> bool:
-        return t is not None and self.start_s <= t < self.start_s + self.duration_s
-
-
-class CommandCheck:
+class CommandCheck(UnsafeTally):
     """Each applied LowCmd_ against the Go2's limits, at the robot: finite, targets inside the joint range, a servo
     target moving at most `max_step` from the last servo target, kp and kd within the motors' sensible range, feed-
     forward torque within the torque limit."""
@@ -85,8 +57,7 @@ class CommandCheck:
 
         self.lower, self.upper, self.torque = (np.asarray(v, dtype=np.float64) for v in joint_limits())
         self.max_step, self.kp_max, self.kd_max = max_step, kp_max, kd_max
-        self.unsafe = 0
-        self.reasons: list[str] = []
+        super().__init__()
         self._last: np.ndarray | None = None
 
     def __call__(
@@ -115,11 +86,7 @@ class CommandCheck:
             # the step limit applies between servo targets; damping in between does not reset it
             if servo.any():
                 self._last = np.where(servo, q, np.nan)
-        if problems:
-            self.unsafe += 1
-            if len(self.reasons) < 5:
-                self.reasons.append(f"at {t:.2f} s: " + "; ".join(problems))
-        return not problems
+        return self.record(problems, t)
 
 
 class Go2Emulator:
@@ -158,11 +125,8 @@ class Go2Emulator:
         self._command: Any = None  # the latest valid LowCmd_
         self.counts = {"lowcmd": 0, "bad_crc": 0, "bad_header": 0, "steps": 0, "late_steps": 0, "damping": 0}
         self._tracking: list[float] = []  # per servo step: mean |q_des - q| over motors in servo with kp > 0
-        self.faults = list(faults or [])
+        self.faults = FaultSchedule(faults)  # timed from the first valid command
         self.check = CommandCheck(max_step=float(np.max(safety_limits().max_step)))
-        self._first_command: float | None = (
-            None  # monotonic time of the first valid command (faults count from it)
-        )
         self.damping_at: list[float] = []  # seconds after the first command when damping began (each time)
         self._damping = False
         self._vanished = False
@@ -201,8 +165,8 @@ class Go2Emulator:
                 self.counts["bad_header"] += 1
                 return
             now = time.monotonic()
-            if self._first_command is None:
-                self._first_command = now
+            self.faults.begin(now)
+            t = self.faults.time(now)
             motors = msg.motor_cmd[:NUM_MOTORS]
             kp = np.array([m.kp if m.mode == MODE_SERVO else 0.0 for m in motors])
             kd = np.array([m.kd if m.mode == MODE_SERVO else 0.0 for m in motors])
@@ -211,11 +175,11 @@ class Go2Emulator:
                 kp,
                 kd,
                 np.array([m.tau if m.mode == MODE_SERVO else 0.0 for m in motors]),
-                now - self._first_command,
+                t,
             )
             damping = not np.any(kp > 0) and bool(np.any(kd > 0))
             if damping and not self._damping:
-                self.damping_at.append(now - self._first_command)
+                self.damping_at.append(t)
             self._damping = damping
             self._command = msg
 
@@ -259,13 +223,6 @@ class Go2Emulator:
             self._tracking.append(float(np.abs(q - data.qpos[7:])[kp > 0].mean()))
         self.robot.send_action(env.joint_targets_action(0, targets))
 
-    def _fault_time(self) -> float | None:
-        return None if self._first_command is None else time.monotonic() - self._first_command
-
-    def _active(self, kind: str) -> Fault | None:
-        t = self._fault_time()
-        return next((f for f in self.faults if f.kind == kind and f.active(t)), None)
-
     def _set_vanished(self, gone: bool) -> None:
         """The DDS peer leaves (its channels closed) or comes back (opened again)."""
         if gone == self._vanished:
@@ -285,7 +242,7 @@ class Go2Emulator:
     def step(self) -> None:
         """One control period: apply the latest command (or stand while none came), step, publish the state
         (unless a fault drops, delays or cuts it)."""
-        self._set_vanished(self._active("vanish") is not None)
+        self._set_vanished(self.faults.active("vanish") is not None)
         with self._lock:
             command = self._command
         if command is None:
@@ -296,7 +253,7 @@ class Go2Emulator:
         state = self.robot.read()
         if self._vanished:
             return
-        if self._active("state_gap") is not None:
+        if self.faults.active("state_gap") is not None:
             self.counts["states_dropped"] = self.counts.get("states_dropped", 0) + 1
             return
         self._publish(state)
@@ -318,7 +275,7 @@ class Go2Emulator:
             "unsafe_commands": self.check.unsafe,
             "unsafe_reasons": self.check.reasons,
             "damping_at_s": [round(t, 3) for t in self.damping_at[:10]],
-            "faults": [dataclasses.asdict(f) for f in self.faults],
+            "faults": [dataclasses.asdict(f) for f in self.faults.faults],
             "tracking_rad": tracking,
             "episodes": episodes,
             "sim_seconds": self.robot.sim_time,

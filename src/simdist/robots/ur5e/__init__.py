@@ -117,12 +117,17 @@ class UR5e(RobotDescription):
             address, control_hz=cfg.control_hz, tcp_offset_m=2.0 * cfg.peg.peg_half_length
         )
 
-    def emulator(self, cfg: TaskConfig, profile: str, address: str, *, seed: int = 0) -> Any:
+    def emulator(
+        self, cfg: TaskConfig, profile: str, address: str, *, seed: int = 0, faults: Sequence[str] = ()
+    ) -> Any:
         """The MuJoCo UR5e behind RTDE (30004), the dashboard (29999) and the script ports on HOST (e.g.
-        127.0.0.1, given explicitly): ur_rtde's ports are fixed, so the address is a host only."""
+        127.0.0.1, given explicitly): ur_rtde's ports are fixed, so the address is a host only (one emulator per
+        loopback address). `faults`: `KIND:START_S:DURATION_S` (`simdist.hardware.emulated_faults.Fault`)."""
+        from simdist.hardware.emulated_faults import parse_faults
         from simdist.robots.ur5e.emulator import UR5eEmulator, parse_host
 
-        return UR5eEmulator(cfg, profile, host=parse_host(address), seed=seed)
+        host = parse_host(address)
+        return UR5eEmulator(cfg, profile, host=host, seed=seed, faults=parse_faults(tuple(faults)))
 
     def actuator(self, robot: Any, cfg: TaskConfig, command: Callable[[], np.ndarray]) -> Actuator:
         from simdist.robots.ur5e.actuation import CartesianActuator, ToolTarget

@@ -40,6 +40,17 @@ per-episode offset), where a hardware run without --command expects it. A contac
 termination force is a protective stop: the arm holds, the script stops, safety mode 3 until the dashboard's
 `unlock protective stop`.
 
+Faults (`--fault KIND:START_S:DURATION_S`, seconds after the first servo target; `simdist bench faults`):
+`state_gap` sends no RTDE data package to any client for the duration (the controller runs on; the timestamps jump
+when the packages resume); `vanish` closes every listener and connection (RTDE, dashboard, script ports) for the
+duration, then listens again; clients must reconnect. What a real controller does when its RTDE client goes away, and
+so what this one does: the program keeps running; the input registers keep their last values (a disconnected
+client's registers are only freed for another writer), so rtde_control.script's servo thread keeps servoing the
+last target: the arm holds it. Only the RTDE watchdog the client set (ur_rtde's setWatchdog, `rtde_set_watchdog` on
+input_int_register_0 with the stop action) stops the script when nothing was written for 1 / frequency s.
+Every servo target the script applies is checked at the arm (`servo_check.ServoCheck`: unsafe counts and reasons)
+and the time of every stop (servoStop, the script stopped for any reason, a protective stop) is kept.
+
 What differs from a real UR5e, stated: the state changes once per servo cycle (125 Hz, not 500); no primary,
 secondary or realtime state streams on 30001-30003 (ur_rtde reads none); servoStop holds at once instead of
 decelerating; only RTDE protocol version 2 is accepted; episodes of the task do not end (a diverged simulation is
@@ -64,10 +75,12 @@ import mujoco
 import numpy as np
 
 from simdist.errors import ConfigError, RobotConnectionError
+from simdist.hardware.emulated_faults import Fault, FaultSchedule
 from simdist.hardware.sim_robot import SimRobot
 from simdist.robots.ur5e import rtde_protocol as rtde
 from simdist.robots.ur5e import workspace
 from simdist.robots.ur5e.hardware import quaternion_to_rotvec, rotvec_to_matrix
+from simdist.robots.ur5e.servo_check import ServoCheck
 from simdist.runtime.realtime import run_paced
 from simdist.sim.config import TaskConfig
 
@@ -327,8 +340,17 @@ def _offset(program: str, kind: str) -> int:
 class ControlScript:
     """rtde_control.script as the controller would run it: one pass of its main loop per servo cycle."""
 
-    def __init__(self, arm: EmulatedArm) -> None:
+    def __init__(
+        self,
+        arm: EmulatedArm,
+        *,
+        on_target: Callable[[int, np.ndarray], None] | None = None,
+        on_stop: Callable[[str], None] | None = None,
+    ) -> None:
         self.arm = arm
+        # each servo target once, when it arrives (the script applies it every cycle), and each stop of the arm
+        self.on_target, self.on_stop = on_target, on_stop
+        self._fresh = False
         self.running = False
         self.executing = False
         self.int_offset = self.float_offset = 0
@@ -353,6 +375,7 @@ class ControlScript:
         """Count a command a client wrote (once per data package; the script sees it every cycle it stays)."""
         name = COMMAND_NAMES.get(cmd, str(cmd))
         self.commands[name] = self.commands.get(name, 0) + 1
+        self._fresh = True
 
     def start(self, program: str, outputs: dict[str, Any]) -> None:
         self.int_offset, self.float_offset = _offset(program, "int"), _offset(program, "float")
@@ -366,6 +389,8 @@ class ControlScript:
             self.running = False
             self.stops.append(reason)
             self.arm.hold()
+            if self.on_stop is not None:
+                self.on_stop(reason)
             if not quiet:
                 _warn(f"the control script stopped: {reason}")
 
@@ -392,13 +417,18 @@ class ControlScript:
             self.refused[str(cmd)] = self.refused.get(str(cmd), 0) + 1
             self.stop(f"command {cmd} of rtde_control.script is not emulated (only {sorted(COMMAND_NAMES)})")
             return
+        fresh, self._fresh = self._fresh, False
         try:
+            if cmd in (24, 11) and fresh and self.on_target is not None:
+                self.on_target(cmd, self._floats(inputs, 0, 6))
             if cmd == 24:
                 self.arm.servo_pose(self._floats(inputs, 0, 6))
             elif cmd == 11:
                 self.arm.servo_joints(self._floats(inputs, 0, 6))
             elif cmd == 16:
                 self.arm.hold()
+                if self.on_stop is not None:
+                    self.on_stop("servoStop")
             elif cmd == 38:
                 for i, torque in enumerate(self.arm.joint_torques()):
                     outputs[f"output_double_register_{i + self.float_offset}"] = float(torque)
@@ -594,10 +624,20 @@ class UR5eEmulator:
         seed: int = 0,
         servo_hz: float = SERVO_HZ,
         tcp_force: str = "base",
+        faults: list[Fault] | None = None,
     ) -> None:
         self.cfg, self.host = cfg, host
         self.arm = EmulatedArm(cfg, profile, seed=seed, servo_hz=servo_hz, tcp_force=tcp_force)
-        self.script = ControlScript(self.arm)
+        self.faults = FaultSchedule(faults)  # timed from the first servo target
+        self.check = ServoCheck(
+            hole=np.asarray(cfg.peg.hole_center),
+            hole_depth=cfg.peg.hole_depth,
+            step_m=cfg.peg.action_scale_m * cfg.action_clip,
+            step_rad=cfg.peg.action_scale_rad * cfg.action_clip,
+            control_hz=cfg.control_hz,
+        )
+        self.script = ControlScript(self.arm, on_target=self._on_target, on_stop=self._on_stop)
+        self._vanished = False
         self.period = 1.0 / servo_hz
         self._lock = threading.Lock()  # the controller: registers, script, arm
         self.inputs: dict[str, Any] = {n: ZERO_OUTPUTS[n] for n in rtde.INPUT_TYPES if n in ZERO_OUTPUTS}
@@ -677,6 +717,39 @@ class UR5eEmulator:
         for listener in self._listeners:
             listener.close()
         self._listeners.clear()
+
+    def _close_sessions(self) -> None:
+        with self._lock:
+            sessions = list(self._sessions)
+        for session in sessions:
+            session.close()
+
+    def _set_vanished(self, gone: bool) -> None:
+        """The controller leaves the network (every listener and connection closed; the program keeps running, its
+        registers keep their last values) or comes back (listening again; clients must reconnect)."""
+        if gone == self._vanished:
+            return
+        self._vanished = gone
+        if gone:
+            self._close_listeners()
+            self._close_sessions()
+            self.counts["vanished"] = self.counts.get("vanished", 0) + 1
+        else:
+            self.open()
+
+    # -- the check at the arm -----------------------------------------------------------------------------------
+    def _on_target(self, cmd: int, values: np.ndarray) -> None:
+        """A servo target the script applies (called under the controller's lock)."""
+        self.faults.begin()
+        env = self.arm.env
+        if cmd == 24:
+            held = np.array([*env.target_pos[0], env.target_yaw[0]], dtype=np.float64)
+            self.check.pose(values, self.faults.time(), held)
+        else:
+            self.check.joints(values, self.faults.time(), np.asarray(env.joint_target[0], dtype=np.float64))
+
+    def _on_stop(self, why: str) -> None:
+        self.check.stopped(self.faults.time(), why)
 
     # -- what the sessions ask of the controller ----------------------------------------------------------------
     def _claim_inputs(self, session: RTDESession, names: list[str]) -> list[str]:
@@ -759,11 +832,17 @@ class UR5eEmulator:
         }
 
     def step(self) -> None:
-        """One servo cycle: the script's loop pass, one physics period, a data package to each client due one."""
+        """One servo cycle: the script's loop pass, one physics period, a data package to each client due one
+        (none while a fault cuts the state or the network)."""
+        self._set_vanished(self.faults.active("vanish") is not None)
         with self._lock:
             self.script.cycle(self.inputs, self.outputs, self.arm.time, self._kicked_at)
             if self.arm.step():
-                self.script.stop(f"protective stop: contact force above {self.arm.protective_stop_n:g} N")
+                reason = f"protective stop: contact force above {self.arm.protective_stop_n:g} N"
+                if self.script.running:
+                    self.script.stop(reason)
+                else:
+                    self._on_stop(reason)
             values = {
                 **ZERO_OUTPUTS,
                 **CONSTANT_OUTPUTS,
@@ -774,6 +853,9 @@ class UR5eEmulator:
             }
             sessions = [s for s in self._sessions if isinstance(s, RTDESession)]
             self.counts["steps"] += 1
+        if self.faults.active("state_gap") is not None:
+            self.counts["states_dropped"] = self.counts.get("states_dropped", 0) + 1
+            return
         for session in sessions:
             session.publish(values["timestamp"], values)
 
@@ -799,6 +881,12 @@ class UR5eEmulator:
                 "refused_commands": dict(self.script.refused),
                 "script_stops": list(self.script.stops),
                 "script_running": self.script.running,
+                "servo_commands": self.check.commands,
+                "unsafe_commands": self.check.unsafe,
+                "unsafe_reasons": self.check.reasons,
+                "stopped_at_s": [round(t, 3) for t, _ in self.check.stops[:10]],
+                "stop_reasons": [why for _, why in self.check.stops[:10]],
+                "faults": [dataclasses.asdict(f) for f in self.faults.faults],
                 "tracking_m": self.arm.tracking(),
                 "inserted_at_s": self.arm.inserted_at,
                 "episodes": episodes,
@@ -808,10 +896,7 @@ class UR5eEmulator:
     def close(self) -> None:
         self._closing.set()
         self._close_listeners()
-        with self._lock:
-            sessions = list(self._sessions)
-        for session in sessions:
-            session.close()
+        self._close_sessions()
         for thread in self._threads:
             thread.join(timeout=2.0)
         self.arm.robot.stop()

@@ -7,6 +7,8 @@ the peg tip (set it on the teach pendant or with RTDEControlInterface.setTcp) fo
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from typing import Any
 
@@ -16,7 +18,17 @@ from simdist.errors import RobotConnectionError
 from simdist.hardware.state import JointCommand, RobotState
 from simdist.robots.ur5e import JOINT_NAMES
 
+log = logging.getLogger(__name__)
 PIP_PACKAGE = "ur-rtde==1.6.5"
+# The arm's own RTDE watchdog (ur_rtde's setWatchdog: the control script stops when nothing was written for 1 s, the
+# deploy's own safe-stop time), set with the first servo command: a PC that crashed, hangs or lost the network
+# stops the arm from the controller, with no link needed.
+WATCHDOG_HZ = 1.0
+# The arm was heard from this recently (the deploy loop's stale-state limit): a command that waits for the script's
+# answer (servoStop, stopScript, getJointTorques) gets one; without the state stream ur_rtde waits seconds, then
+# reconnects for as long as the stream stays away, and its disconnect waits for that too.
+LINK_STALE_S = 0.1
+DISCONNECT_WAIT_S = 2.0
 
 
 def rotvec_to_quaternion(rotvec: np.ndarray) -> np.ndarray:
@@ -95,6 +107,7 @@ class UR5eRobot:
         gain: float = 300.0,
         stop_deceleration: float = 2.0,
         tcp_offset_m: float = 0.08,
+        watchdog_hz: float = 0.0,
     ) -> None:
         self._receive = receive
         self.tcp_offset_m = float(tcp_offset_m)  # flange (F/T sensor) to TCP (the peg tip) along the tool z
@@ -103,6 +116,10 @@ class UR5eRobot:
         self.lookahead_time = float(lookahead_time)
         self.gain = float(gain)
         self.stop_deceleration = float(stop_deceleration)
+        # the arm's RTDE watchdog (0: none), set with the first servo command (not before: the loop may start late);
+        # holds keep it kicked
+        self.watchdog_hz = float(watchdog_hz)
+        self._watchdog_set = False
         self._servoing = False
         self._stopped = False
         self._robot_time: float | None = None
@@ -118,7 +135,8 @@ class UR5eRobot:
         read_only: bool = False,
         **kwargs: Any,
     ) -> UR5eRobot:
-        """Open RTDE to the robot at `host` (TCP 30004); `read_only` skips the control script (logging only).
+        """Open RTDE to the robot at `host` (TCP 30004); `read_only` skips the control script (logging only). The
+        control script's RTDE watchdog (`WATCHDOG_HZ`) is set with the first servo command.
 
         Raises:
             RobotConnectionError: ur_rtde is missing, or the robot is unreachable or refuses the control script.
@@ -141,6 +159,7 @@ class UR5eRobot:
                 raise RobotConnectionError(
                     f"UR5e at {host} refused the RTDE control script (remote control enabled?): {reason}"
                 ) from None
+            kwargs["watchdog_hz"] = WATCHDOG_HZ
         return cls(receive, control, control_hz=control_hz, **kwargs)
 
     def read(self) -> RobotState:
@@ -154,7 +173,7 @@ class UR5eRobot:
             self._robot_time, self._fresh_at = robot_time, now
         pose = np.asarray(self._receive.getActualTCPPose(), dtype=np.float64)
         torques = None
-        if self._control is not None and hasattr(self._control, "getJointTorques"):
+        if self._control is not None and hasattr(self._control, "getJointTorques") and self._link_alive():
             try:
                 torques = np.asarray(self._control.getJointTorques(), dtype=np.float64)
             except RuntimeError:  # needs a recent PolyScope; the state is complete without it
@@ -178,9 +197,17 @@ class UR5eRobot:
             raise RobotConnectionError("UR5e was stopped; connect again to command it")
         return self._control
 
+    def _servo_control(self) -> Any:
+        """The control interface for a servo command; the first one sets the arm's RTDE watchdog."""
+        control = self._require_control()
+        if self.watchdog_hz > 0 and not self._watchdog_set:
+            control.setWatchdog(self.watchdog_hz)
+            self._watchdog_set = True
+        return control
+
     def send(self, command: JointCommand) -> None:
         """servoJ to the joint targets (gains are the controller's own; kp/kd are ignored)."""
-        control = self._require_control()
+        control = self._servo_control()
         q = [float(v) for v in command.joint_targets]
         if len(q) != 6:
             raise ValueError(f"UR5e takes 6 joint targets, got {len(q)}")
@@ -196,7 +223,7 @@ class UR5eRobot:
 
         The controller interpolates towards it over one control period and solves the IK itself at its servo rate.
         """
-        control = self._require_control()
+        control = self._servo_control()
         p = [float(v) for v in np.asarray(pose, dtype=np.float64).reshape(-1)]
         if len(p) != 6 or not np.all(np.isfinite(p)):
             raise ValueError(f"UR5e servoL takes 6 finite values (x, y, z, rx, ry, rz), got {p}")
@@ -207,24 +234,46 @@ class UR5eRobot:
             )
         self._servoing = True
 
+    def _link_alive(self) -> bool:
+        """The arm was heard from within `LINK_STALE_S` (as of the last `read`), so it can answer a command."""
+        return time.monotonic() - self._fresh_at <= LINK_STALE_S and bool(self._receive.isConnected())
+
     def hold(self) -> None:
-        """Leave servo mode decelerating; the controller then holds the arm where it stopped."""
+        """Leave servo mode decelerating; the controller then holds the arm where it stopped. Holding again keeps
+        the RTDE watchdog kicked. With the arm not heard from, nothing is sent: servoStop would block the loop
+        waiting for an answer that cannot come (ur_rtde waits seconds, then reconnects), and an unobserved arm is
+        left to its watchdog, which stops the script `1 / watchdog_hz` after the last write."""
         control = self._require_control()
+        if not self._link_alive():
+            return
         if self._servoing:
             control.servoStop(self.stop_deceleration)
             self._servoing = False
+        elif self._watchdog_set:
+            control.kickWatchdog()
 
     def stop(self) -> None:
-        """Stop servoing, end the control script and disconnect; safe to call twice."""
+        """Stop servoing, end the control script and disconnect; safe to call twice. With the arm not heard from
+        the script is left to its watchdog (stopScript would wait for it forever, reconnecting)."""
         if self._stopped:
             return
         self._stopped = True
         try:
             if self._control is not None:
-                if self._servoing:
-                    self._control.servoStop(self.stop_deceleration)
-                    self._servoing = False
-                self._control.stopScript()
-                self._control.disconnect()
+                if self._link_alive():
+                    if self._servoing:
+                        self._control.servoStop(self.stop_deceleration)
+                        self._servoing = False
+                    self._control.stopScript()
+                # in a thread of its own (ur_rtde releases the GIL): without the stream it never returns
+                closing = threading.Thread(
+                    target=self._control.disconnect, daemon=True, name="ur5e-disconnect"
+                )
+                closing.start()
+                closing.join(DISCONNECT_WAIT_S)
+                if closing.is_alive():
+                    log.error(
+                        "UR5e: the RTDE control interface did not disconnect (the arm is not heard from)"
+                    )
         finally:
             self._receive.disconnect()
