@@ -148,6 +148,36 @@ def test_a_slow_planner_in_real_time_misses_ticks_and_runs_the_last_plan(
     assert sum(len(e["proprio"]) for e in read_episodes(result.bag)) == stats.ticks
 
 
+def test_a_dead_planner_leaves_the_robot_on_its_last_plan_for_open_loop_s_at_most(
+    ur5e_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the planner dies, the last plan's later steps run for OPEN_LOOP_S, then every tick holds (the UR5e's
+    plans span 2.5 s; the old loop followed a stale one open loop to its end). The tiny model's horizon is 5 steps,
+    so the limit is set to 0.2 s (2 ticks at the peg's 10 Hz) to be seen inside it."""
+    from simdist.runtime import loop
+
+    monkeypatch.setattr(loop, "OPEN_LOOP_S", 0.2)
+    original = DeployLoop._compute
+    calls = {"n": 0}
+
+    def dying(self: DeployLoop, job):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] > 3:
+            raise RuntimeError("planner lost")
+        return original(self, job)
+
+    monkeypatch.setattr(DeployLoop, "_compute", dying)
+    result = run_deploy(
+        "ur5e_peg", "sim:sim", ur5e_model, ticks=20, realtime=True, planner_overrides=FAST_PLANNER
+    )
+    stats = result.stats
+    assert stats.fresh + stats.late + stats.held == stats.ticks and stats.ticks + stats.missed == 20
+    assert 1 <= stats.late <= 2, (
+        stats
+    )  # the last plan's next steps, 0.2 s of them, not the rest of its horizon
+    assert stats.held >= stats.ticks - stats.fresh - 2 and stats.held >= 10
+
+
 def test_real_time_warm_start_shifts_by_the_ticks_since_the_plan_it_shifts(
     go2_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

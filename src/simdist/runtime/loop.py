@@ -49,6 +49,10 @@ from simdist.runtime.watchdog import HOLD, SAFE_STOP, Watchdog
 log = logging.getLogger(__name__)
 # real time: how long the safe stop is repeated until the robot is heard from after it
 SAFE_STOP_CONFIRM_S = 3.0
+# A late or failed plan is stood in for by the last plan's later steps for at most this long, then the robot holds
+# (and the watchdog counts): a whole Go2 horizon (25 ticks at 50 Hz), but 5 of the UR5e's 25 (2.5 s at 10 Hz), so a
+# dead planner never leaves an arm following a stale plan open loop for seconds.
+OPEN_LOOP_S = 0.5
 
 
 class DeployLoop:
@@ -271,7 +275,8 @@ class DeployLoop:
         offset = k - self._plan_tick
         if offset == self._plan_lead:
             return plan.actions[offset].numpy().astype(np.float32), "fresh"
-        if self._plan_lead < offset < plan.actions.shape[0]:
+        open_loop = max(1, round(OPEN_LOOP_S / self.period))
+        if self._plan_lead < offset <= self._plan_lead + open_loop and offset < plan.actions.shape[0]:
             return plan.actions[offset].numpy().astype(np.float32), "late"
         return None, "held"
 
