@@ -107,9 +107,13 @@ def test_read_maps_rtde_fields_and_detects_a_frozen_stream() -> None:
     assert robot.read().timestamp == state.timestamp
     receive.time = 10.002
     assert robot.read().timestamp >= state.timestamp
-    receive.connected = False
-    with pytest.raises(RobotConnectionError, match="connection lost"):
-        robot.read()
+    receive.connected = False  # lost: the last state, with the time it arrived (stale), so the tick is logged
+    receive.time = 10.004
+    lost = robot.read()
+    assert lost.robot_time == 10.002 and lost.timestamp == robot.read().timestamp
+    fresh = UR5eRobot(receive, FakeControl(), control_hz=25.0)
+    with pytest.raises(RobotConnectionError, match="connection lost"):  # never connected: nothing to report
+        fresh.read()
 
 
 def test_send_hold_stop_call_servoj_and_stop_once() -> None:

@@ -124,6 +124,7 @@ class UR5eRobot:
         self._stopped = False
         self._robot_time: float | None = None
         self._fresh_at = time.monotonic()
+        self._last_state: RobotState | None = None
 
     @classmethod
     def connect(
@@ -164,7 +165,12 @@ class UR5eRobot:
 
     def read(self) -> RobotState:
         if not self._receive.isConnected():
-            raise RobotConnectionError("UR5e RTDE connection lost")
+            if self._last_state is None:
+                raise RobotConnectionError("UR5e RTDE connection lost")
+            # The last state, stamped when it arrived: it goes stale, so the loop holds and still logs the tick, and
+            # its watchdog stops the arm safely (as the Go2's adapter keeps its last lowstate); a tick that raised
+            # here left the outage out of the bag.
+            return self._last_state
         robot_time = float(self._receive.getTimestamp())
         now = time.monotonic()
         # The receive thread keeps returning the last sample when data stops; stamp a sample when it first appears
@@ -178,7 +184,7 @@ class UR5eRobot:
                 torques = np.asarray(self._control.getJointTorques(), dtype=np.float64)
             except RuntimeError:  # needs a recent PolyScope; the state is complete without it
                 torques = None
-        return RobotState(
+        self._last_state = RobotState(
             timestamp=self._fresh_at,
             joint_positions=self._receive.getActualQ(),
             joint_velocities=self._receive.getActualQd(),
@@ -189,6 +195,7 @@ class UR5eRobot:
             joint_names=self.joint_names,
             robot_time=robot_time,
         )
+        return self._last_state
 
     def _require_control(self) -> Any:
         if self._control is None:
