@@ -77,3 +77,9 @@ def test_bad_grid_input_is_one_line(
     code = main(["plan-grid", "--task", "ur5e_peg", "--profile", "real", "--model", str(peg_model), *args])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.count("\n") == 0 and message in err, err
+
+
+def test_a_setting_keeps_a_list_value_whole() -> None:
+    name, changes = grid.parse_setting("slow:policy_command_scales=[0.75,0.5],num_policy_samples=12")
+    assert name == "slow"
+    assert changes == {"policy_command_scales": [0.75, 0.5], "num_policy_samples": 12}

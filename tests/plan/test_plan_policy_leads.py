@@ -90,9 +90,78 @@ def test_without_leads_the_policy_samples_are_unchanged() -> None:
     [
         ({"policy_max_lead": -1}, "policy_max_lead must be in"),
         ({"policy_max_lead": 4}, "policy_max_lead must be in"),
-        ({"policy_max_lead": 3, "num_policy_samples": 3}, "num_policy_samples must be > policy_max_lead"),
+        ({"policy_max_lead": 3, "num_policy_samples": 3}, "num_policy_samples must be >="),
+        (
+            {"policy_max_lead": 1, "policy_command_scales": (0.5,), "num_policy_samples": 3},
+            "num_policy_samples must be >=",
+        ),
+        ({"policy_command_scales": (1.0,), "num_policy_samples": 4}, "policy_command_scales must be"),
+        ({"policy_command_scales": (-0.5,), "num_policy_samples": 4}, "policy_command_scales must be"),
     ],
 )
 def test_bad_leads_are_refused_in_one_line(changes: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         planner_config(**changes)
+
+
+class SlipperyGround(PointMass):
+    """A velocity-commanded robot: the base policy proposes the commanded velocity at every step, the latent is the
+    velocity applied, and the reward tracks the command, except that any speed above `limit` slips (a fall's
+    penalty). The policy was trained where every commanded speed was safe."""
+
+    def __init__(self, limit: float, **kwargs: object) -> None:
+        super().__init__(effort=0.0, **kwargs)
+        self.limit = limit
+        self.proposed_for: list[torch.Tensor] = []
+
+    def propose(self, ctx, command):
+        self.proposed_for.append(command.clone())
+        return command.expand(-1, self.horizon, -1).clone()
+
+    def predict(self, ctx, actions):
+        return actions.clone()
+
+    def score(self, ctx, latents, actions, command, last_value_only=False):
+        track = -(latents - command).square().sum(-1)
+        slip = -100.0 * (latents.abs() - self.limit).clamp(min=0).sum(-1)
+        return track + slip, torch.zeros_like(track)
+
+
+def _plan_on_slippery_ground(speed: float, scales: tuple[float, ...]):
+    model = SlipperyGround(limit=1.5, horizon=6, dim=1)
+    cfg = planner_config(
+        horizon=6,
+        num_samples=4,
+        num_policy_samples=2 * (1 + len(scales)),
+        policy_std=0.0,
+        iterations=1,
+        elites=1,
+        init_std=1e-3,
+        min_std=1e-3,
+        policy_max_lead=1,
+        policy_command_scales=scales,
+    )
+    planner = Planner(model, cfg, seed=0)
+    ctx = model.context(torch.zeros(1, 3, 1), torch.zeros(1, 3, 1), torch.ones(1, 3), torch.zeros(1, 1))
+    return planner.act(ctx, torch.tensor([speed])), model
+
+
+def test_the_policy_is_asked_for_each_scaled_command_in_one_batch() -> None:
+    _, model = _plan_on_slippery_ground(2.0, (0.75, 0.5))
+    (asked,) = model.proposed_for
+    assert asked.shape == (3, 6, 1)
+    assert torch.allclose(asked[:, 0, 0], torch.tensor([2.0, 1.5, 1.0]))
+
+
+@pytest.mark.parametrize(("speed", "scale", "executed"), [(2.0, 0.5, 1.0), (1.0, 1.0, 1.0), (1.4, 1.0, 1.4)])
+def test_a_slower_gait_is_chosen_only_where_the_commanded_one_slips(
+    speed: float, scale: float, executed: float
+):
+    """Scored against the real command: at 2.0 (over the 1.5 limit) the policy's chunk for half the command wins
+    over a slip; where the commanded speed is safe, the command as given wins."""
+    plan, _ = _plan_on_slippery_ground(speed, (0.5,))
+    assert plan.stats.policy_command_scale == scale
+    assert torch.allclose(plan.action, torch.tensor([executed]), atol=1e-2)
+    without, _ = _plan_on_slippery_ground(speed, ())
+    assert without.stats.policy_command_scale is None
+    assert torch.allclose(without.action, torch.tensor([speed]), atol=1e-2)  # no slower gait to choose

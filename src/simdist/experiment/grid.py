@@ -21,37 +21,57 @@ from simdist.errors import ConfigError
 
 
 def parse_setting(text: str) -> tuple[str, dict[str, Any]]:
-    """'wide:num_samples=32,iterations=3' -> ('wide', {...}); 'cpu' alone is the base planner unchanged."""
+    """'wide:num_samples=32,iterations=3' -> ('wide', {...}); 'cpu' alone is the base planner unchanged; a list
+    value keeps its commas inside brackets ('slow:policy_command_scales=[0.75,0.5]')."""
     from simdist.config import parse_overrides
 
     name, _, keys = text.partition(":")
     if not name.strip():
         raise ConfigError(f"--setting '{text}': give a name, e.g. wide:num_samples=32,iterations=3")
-    return name.strip(), parse_overrides([k for k in keys.split(",") if k.strip()])
+    items, depth, current = [], 0, ""
+    for char in keys:
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += char
+    items.append(current)
+    return name.strip(), parse_overrides([k for k in items if k.strip()])
 
 
-class LeadCensus:
-    """Per tick, the lead whose own policy chunk the model scored best (`PlanStats.policy_lead`): the delay the
-    dynamics believe the robot has. Attached like the auditor, after the first tick; counts the ticks after it."""
+class PolicyCensus:
+    """Per tick, which of the base policy's chunks the model scored best: its lead (`PlanStats.policy_lead`, the
+    delay the dynamics believe the robot has) and the factor on its command (`policy_command_scale`, how much
+    slower than commanded the dynamics would walk). Attached like the auditor, after the first tick; counts the
+    ticks after it."""
+
+    STATS = ("policy_lead", "policy_command_scale")
 
     def __init__(self) -> None:
-        self.counts: dict[int, int] = {}
+        self.counts: dict[str, dict[Any, int]] = {stat: {} for stat in self.STATS}
 
     def attach(self, loop: Any) -> None:
         act = loop.planner.act
 
         def act_and_count(*args: Any, **kwargs: Any) -> Any:
             plan = act(*args, **kwargs)
-            lead = plan.stats.policy_lead
-            if lead is not None:
-                self.counts[lead] = self.counts.get(lead, 0) + 1
+            for stat, counts in self.counts.items():
+                choice = getattr(plan.stats, stat)
+                if choice is not None:
+                    counts[choice] = counts.get(choice, 0) + 1
             return plan
 
         loop.planner.act = act_and_count
 
-    def shares(self) -> dict[str, float]:
-        total = sum(self.counts.values())
-        return {str(k): self.counts[k] / total for k in sorted(self.counts)} if total else {}
+    def shares(self) -> dict[str, dict[str, float]]:
+        """{stat: {choice: share of ticks}} for each stat that was reported."""
+        out = {}
+        for stat, counts in self.counts.items():
+            total = sum(counts.values())
+            if total:
+                out[stat] = {str(k): counts[k] / total for k in sorted(counts)}
+        return out
 
 
 def _versions(text: str) -> list[int]:
@@ -124,10 +144,10 @@ def measure(
                 planner_overrides = {"budget_ms": None, **changes}
                 discount = load_planner_config(planner, cfg.robot, planner_overrides, task=cfg.task).discount
                 auditor, attach_auditor = auditing(audit_every, discount)
-                census = LeadCensus()
+                census = PolicyCensus()
 
                 def on_start(
-                    loop: Any, auditor_start: Any = attach_auditor, census: LeadCensus = census
+                    loop: Any, auditor_start: Any = attach_auditor, census: PolicyCensus = census
                 ) -> None:
                     if auditor_start is not None:
                         auditor_start(loop)
@@ -149,17 +169,18 @@ def measure(
                     "value": value,
                     "planner": {"name": planner, **changes},
                 }
-                if census.counts:
-                    cell["policy_lead"] = census.shares()
+                cell.update(census.shares())
                 if auditor is not None:
                     cell["audit"] = {"every": audit_every, **summarise(auditor.records)}
                 result["metric"] = metric
                 result["cells"][key] = cell
-                leads = ", ".join(f"{k}: {v:.0%}" for k, v in cell.get("policy_lead", {}).items())
-                say(
-                    f"{key}: {value:.3f} ({cell['falls']} falls, {cell['episodes']} episodes)"
-                    + (f"; best policy lead {leads}" if leads else "")
+                chosen = "".join(
+                    f"; best {stat.removeprefix('policy_').replace('_', ' ')} "
+                    + ", ".join(f"{k}: {v:.0%}" for k, v in cell[stat].items())
+                    for stat in PolicyCensus.STATS
+                    if stat in cell
                 )
+                say(f"{key}: {value:.3f} ({cell['falls']} falls, {cell['episodes']} episodes){chosen}")
                 if path is not None:
                     out.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
                     atomic_json(path, result)

@@ -74,6 +74,17 @@ class PlannerConfig:
     # robot) wants the policy's later steps now; which lead pays is for the dynamics to say, so a model that has
     # learnt the delay from real data can choose it. 0: the chunk as the policy proposes it (the authors' planner).
     policy_max_lead: int = 0
+    # The base policy's chunk also proposed for the command scaled by each of these factors (a velocity-commanded
+    # robot: the policy asked to walk slower than commanded), every such chunk with its leads among the policy
+    # samples and all of them scored against the real command. Where the commanded gait is more than the ground
+    # allows (a slippery slope, a delay the policy never saw), the dynamics can say that a slower gait scores
+    # better than a fall; with the pretrained dynamics it rarely does. Empty: the command as given only.
+    policy_command_scales: tuple[float, ...] = ()
+
+    @property
+    def policy_chunks(self) -> int:
+        """How many distinct base-policy chunks compete: (1 + command scales) x (1 + leads)."""
+        return (1 + len(self.policy_command_scales)) * (self.policy_max_lead + 1)
 
     def __post_init__(self) -> None:
         checks = [
@@ -92,8 +103,13 @@ class PlannerConfig:
             (self.budget_ms is None or self.budget_ms > 0, "budget_ms must be > 0 (or null: no deadline)"),
             (0 <= self.policy_max_lead < self.horizon, "policy_max_lead must be in [0, horizon)"),
             (
-                self.num_policy_samples == 0 or self.num_policy_samples > self.policy_max_lead,
-                "num_policy_samples must be > policy_max_lead (one sample per lead at least)",
+                all(0 <= k < 1 or 1 < k <= 2 for k in self.policy_command_scales),
+                "policy_command_scales must be in [0, 2] and not 1 (the command as given always competes)",
+            ),
+            (
+                self.num_policy_samples == 0 or self.num_policy_samples >= self.policy_chunks,
+                "num_policy_samples must be >= (1 + len(policy_command_scales)) x (policy_max_lead + 1) "
+                "(one sample per policy chunk at least)",
             ),
         ]
         for ok, message in checks:

@@ -32,6 +32,9 @@ class PlanStats:
     # with `policy_max_lead`: the lead (steps) whose own policy chunk the model scored best this tick, i.e. the
     # delay the dynamics believe the robot has; None without leads (or without a usable policy chunk)
     policy_lead: int | None = None
+    # with `policy_command_scales`: the factor on the command of the policy chunk the model scored best this tick
+    # (1.0: the command as given); None without them
+    policy_command_scale: float | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,11 @@ class Planner:
         self._discounts = gamma ** torch.arange(self.horizon, dtype=torch.float32, device=self.device)
         self._terminal = gamma**self.horizon  # gamma^T (the public code's gamma^(T+1) is a bug)
         self._noise_filter = _ar1_filter(config.noise_correlation, self.horizon, self.device)
+        self._command_scales = (
+            torch.tensor((1.0, *config.policy_command_scales), device=self.device)[:, None, None]
+            if config.policy_command_scales
+            else None
+        )
         self._seed = seed
         self._generator = torch.Generator(self.device)
         n_extra = max(config.num_policy_samples, config.elites if config.keep_elites else 0)
@@ -242,8 +250,9 @@ class Planner:
         pinned = self._pinned(first_action)  # planning ahead: step 0 is given, the rate limit counts from it
         prev = self._previous_action(prev_action, elapsed, flags)
 
-        policy = self.model.propose(ctx, cmd).reshape(horizon, self.act_dim).to(self.device, torch.float32)
-        policy_ok = bool(torch.isfinite(policy).all())
+        proposals = self._proposals(ctx, cmd)  # (1 + command scales, T, A); row 0: the command as given
+        policy = proposals[0]
+        policy_ok = bool(torch.isfinite(proposals).all())
         if not policy_ok:
             flags.append("policy_nonfinite")
 
@@ -263,19 +272,20 @@ class Planner:
             extra = pool[n_gauss : n_gauss + n_policy]
             torch.randn(extra.shape, generator=self._generator, out=extra)
             extra.mul_(cfg.policy_std)
-            if cfg.policy_max_lead == 0:
+            if cfg.policy_chunks == 1:
                 extra.add_(policy)
                 extra[0] = policy  # the base policy's chunk itself always competes
-            else:  # sample i around the chunk advanced by i mod (L + 1) steps; each lead's own chunk competes
-                leads = self._leads(policy)
-                extra.add_(leads[torch.arange(n_policy, device=self.device) % leads.shape[0]])
-                extra[: leads.shape[0]] = leads
+            else:  # sample i around chunk i mod K (each command's chunk advanced by 0..L); each chunk competes
+                chunks = self._leads(proposals).reshape(-1, horizon, self.act_dim)
+                extra.add_(chunks[torch.arange(n_policy, device=self.device) % chunks.shape[0]])
+                extra[: chunks.shape[0]] = chunks
             n_extra = n_policy
         contexts = {n: ctx.expand(n) for n in {n_gauss, n_gauss + n_extra}}
         commands = {n: cmd.expand(n, -1, -1) for n in contexts}
 
         nonfinite = 0
         lead: int | None = None
+        scale: float | None = None
         best = torch.tensor(float("nan"))
         done, longest = 0, 0.0
         for iteration in range(cfg.iterations):
@@ -300,8 +310,12 @@ class Planner:
                 nonfinite += n_bad
                 new_scores = torch.where(finite, new_scores, -torch.inf)
             scores[:n_eval] = new_scores
-            if iteration == 0 and n_extra and cfg.policy_max_lead:
-                lead = int(new_scores[n_gauss : n_gauss + cfg.policy_max_lead + 1].argmax())
+            if iteration == 0 and n_extra and cfg.policy_chunks > 1:
+                best_chunk = int(new_scores[n_gauss : n_gauss + cfg.policy_chunks].argmax())
+                scale_index, lead = divmod(best_chunk, cfg.policy_max_lead + 1)
+                scale = (1.0, *cfg.policy_command_scales)[scale_index] if cfg.policy_command_scales else None
+                if not cfg.policy_max_lead:
+                    lead = None
             if self.on_candidates is not None:
                 self.on_candidates(pool[:n_eval], new_scores)
             n_pool = n_gauss + n_extra
@@ -344,13 +358,27 @@ class Planner:
             return self._fallback(
                 policy if policy_ok else None, prev, elapsed, done, nonfinite, flags, "nonfinite_plan", pinned
             )
-        return self._finish(actions, prev, warm, elapsed, done, float(best), nonfinite, None, flags, lead)
+        return self._finish(
+            actions, prev, warm, elapsed, done, float(best), nonfinite, None, flags, lead, scale
+        )
 
-    def _leads(self, policy: Tensor) -> Tensor:
-        """(L+1,T,A): the policy's chunk advanced by 0..L steps, each padded by repeating its last step."""
+    def _proposals(self, ctx: Context, cmd: Tensor) -> Tensor:
+        """(1+S,T,A): the base policy's chunk for the command (row 0) and for it scaled by each of the S
+        `policy_command_scales`, in one batch."""
+        scales = self._command_scales
+        commands = cmd if scales is None else cmd * scales
+        rows = commands.shape[0]
+        return (
+            self.model.propose(ctx, commands)
+            .reshape(rows, self.horizon, self.act_dim)
+            .to(self.device, torch.float32)
+        )
+
+    def _leads(self, chunks: Tensor) -> Tensor:
+        """(P,L+1,T,A): each of the P chunks advanced by 0..L steps, each padded by repeating its last step."""
         n = self.config.policy_max_lead + 1
         index = torch.arange(n, device=self.device)[:, None] + torch.arange(self.horizon, device=self.device)
-        return policy[index.clamp_(max=self.horizon - 1)]
+        return chunks[:, index.clamp_(max=self.horizon - 1)]
 
     def _rate_violation(self, actions: Tensor, prev: Tensor | None) -> float:
         if self._max_delta is None:
@@ -396,9 +424,20 @@ class Planner:
         fallback: str | None,
         flags: list[str],
         policy_lead: int | None = None,
+        policy_command_scale: float | None = None,
     ) -> Plan:
         actions = actions.clone()
         self._last, self._last_prev = actions, prev
         self._last_was_fallback = fallback is not None  # the model could not score it: no warm start from it
-        stats = PlanStats(iterations, best, warm, elapsed, nonfinite, fallback, tuple(flags), policy_lead)
+        stats = PlanStats(
+            iterations,
+            best,
+            warm,
+            elapsed,
+            nonfinite,
+            fallback,
+            tuple(flags),
+            policy_lead,
+            policy_command_scale,
+        )
         return Plan(action=actions[0].clone(), actions=actions, stats=stats)
