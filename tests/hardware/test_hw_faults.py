@@ -48,6 +48,19 @@ def test_the_judge_needs_a_safe_stop_soon_enough_and_no_unsafe_command() -> None
     assert not faults._judge(scenario, faults.Outcome(**{**good.__dict__, "bag_ticks": 200}), 8.0)  # 2 s lost
 
 
+def test_the_finetune_scenario_counts_only_if_the_finetune_trained_throughout(tmp_path: Path) -> None:
+    scenario = next(s for s in faults.SCENARIOS if s.name == "finetune_beside")
+    assert scenario in faults.ROBOTS["ur5e"].scenarios  # robot-independent: every robot's bench runs it
+    ran = faults.Outcome("finetune_beside", unsafe_commands=0, ticks=400, bag_ticks=400, safe_stop=False)
+    assert faults._judge(
+        scenario, faults.Outcome(**{**ran.__dict__, "notes": "x; it trained throughout"}), 8.0
+    )
+    assert not faults._judge(
+        scenario, faults.Outcome(**{**ran.__dict__, "notes": "x; it ended early (exit 2)"}), 8.0
+    )
+    assert faults._finetune_beside("models/go2_slope", tmp_path, 8.0) is None  # no plain run's bag: no load
+
+
 def test_a_dropped_state_ends_in_a_safe_stop_the_emulated_robot_receives(tmp_path: Path) -> None:
     pytest.importorskip("unitree_sdk2py", reason="unitree-sdk2py-dimos not installed")
     pytest.importorskip("cyclonedds", reason="cyclonedds not installed")

@@ -6,7 +6,8 @@ its script stopping) and in the bag (how many of the run's ticks it kept).
 Faults (seconds after the first command): the robot's state delayed 0.1 s and 1 s, or dropped for good, and the robot
 leaving the network for 2 s (the Go2's DDS channels, the UR5e controller's sockets; the emulator's `--fault`); an
 exception in every plan, and NaN from the world model for 0.5 s (patched into the deploy process, which is otherwise
-`simdist deploy`); CPU load (two busy processes beside it); a malformed config (deploy must refuse in one line and
+`simdist deploy`); CPU load (two busy processes beside it) and a real `simdist finetune` beside it, training the
+dynamics on the plain run's bag at one thread as a robot's finetune node does; a malformed config (deploy must refuse in one line and
 send nothing); for the Go2 also a corrupt bag (finetune must refuse in one line) and finetune killed while it trains
 and writes (every version in the model folder must still load). Each run is its own emulator and deploy process on
 its own address (a DDS domain for the Go2, a loopback address for the UR5e, whose RTDE ports are fixed). The table
@@ -38,6 +39,7 @@ class Scenario:
     emulator: tuple[str, ...] = ()  # the emulator's --fault values
     deploy: tuple[str, ...] = ()  # faults patched into the deploy process (KIND:START:DURATION)
     load: int = 0  # busy processes beside the stack
+    finetune: bool = False  # a real dynamics finetune beside the stack, on the plain run's bag
     deploy_args: tuple[str, ...] = ()  # extra deploy arguments
     expect_stop: bool = False  # a safe stop is the right outcome
     expect_hold: bool = False  # held ticks, then running again (an outage shorter than the safe stop's 1 s)
@@ -74,6 +76,9 @@ def _common(vanish: str, vanish_notes: str, exception_notes: str) -> tuple[Scena
         ),
         Scenario("nonfinite_model_0.5s", deploy=(f"nonfinite_model:{START_S}:0.5",), expect_hold=True),
         Scenario("cpu_load", load=2),
+        Scenario(
+            "finetune_beside", finetune=True, notes="a dynamics finetune at 1 thread on the plain run's bag"
+        ),
         Scenario("malformed_config", deploy_args=("--planner-set", "num_samples=-3"), expect_refusal=True),
     )
 
@@ -266,6 +271,12 @@ def run_scenario(
         emulate, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
     )
     load = [subprocess.Popen([*_python(), "-c", "while True: pass"]) for _ in range(scenario.load)]
+    if scenario.finetune:
+        finetune = _finetune_beside(model, out_dir, seconds)
+        if finetune is None:
+            outcome.notes = "no bag from the plain run ('none') to finetune on"
+        else:
+            load.append(finetune)
     try:
         assert emulator.stdout is not None
         emulator.stdout.readline()  # "emulating a go2 ..."
@@ -313,6 +324,11 @@ def run_scenario(
                 outcome.late, outcome.held, outcome.missed = stats["late"], stats["held"], stats["missed"]
                 outcome.stale, outcome.safe_stop = stats["stale"], stats["safe_stops"] > 0
     finally:
+        if scenario.finetune and load:
+            alive = load[-1].poll() is None
+            outcome.notes += (
+                "; it trained throughout" if alive else f"; it ended early (exit {load[-1].returncode})"
+            )
         for proc in load:
             proc.kill()
         emulator.send_signal(signal.SIGINT)
@@ -332,12 +348,32 @@ def run_scenario(
     return outcome
 
 
+def _plain_run_bag(out_dir: Path) -> Path | None:
+    """The bag of the fault-free run ('none'), the data of the finetune faults."""
+    return next((out_dir / "none").glob("run_*"), None) if (out_dir / "none").is_dir() else None
+
+
+def _finetune_beside(model: str, out_dir: Path, seconds: float) -> subprocess.Popen[bytes] | None:
+    """`simdist finetune` of the dynamics on the plain run's bag, one thread, into a scratch model of its own,
+    for longer than the run (killed when the run ends), as a robot's finetune node trains beside its controller."""
+    source = _plain_run_bag(out_dir)
+    if source is None:
+        return None
+    work = out_dir / "finetune_beside" / "model"
+    command = [*_python(), "-m", "simdist.cli", "finetune", "--model", model, "--bag", str(source)]
+    command += ["--out", str(work), "--threads", "1", "--max-minutes", f"{seconds / 60.0 + 2.0:g}"]
+    command += ["--max-steps", "1000000", "--max-epochs", "1000000", "--patience", "1000000"]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env())
+
+
 def _judge(scenario: Scenario, o: Outcome, seconds: float, *, bag_slack: int = 50) -> bool:
     """No unsafe command reached the robot, and the run did what it should: refused in one line (a malformed
     config; the robot got no command), stopped safely (soon enough after the fault, at the robot), or ran to its end;
     the bag kept every tick but at most the last second's."""
     if o.unsafe_commands != 0:
         return False
+    if scenario.finetune and not o.notes.endswith("trained throughout"):
+        return False  # the load this scenario is about was not there
     if scenario.expect_refusal:
         return o.exit_code not in (0, None) and o.error_line is not None and o.commands == 0
     if o.ticks is None or o.bag_ticks is None or o.ticks - o.bag_ticks > bag_slack:
@@ -449,7 +485,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         outcomes.append(
             run_scenario(scenario, task=task, model=model, seconds=seconds, address=address, out_dir=out_dir)
         )
-    source = next((out_dir / "none").glob("run_*"), None) if (out_dir / "none").is_dir() else None
+    source = _plain_run_bag(out_dir)
     extra = bench_robot.bag_faults
     if extra and (not wanted or "corrupt_bag" in wanted.split(",")):
         outcomes.append(_corrupt_bag(model, out_dir, source))
