@@ -3,6 +3,7 @@ target, Go2 joint targets go through the safety filter, and camera frames come f
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -139,3 +140,42 @@ def test_the_first_filtered_target_steps_from_what_the_robot_holds_not_from_wher
     actuator.apply(np.full(12, -1.2), state, 1.0)  # wants stand - 0.3 rad: 0.5 rad below the held targets
     step = np.abs(robot.sent[0] - robot.last_target).max()
     assert step == pytest.approx(0.3, abs=1e-9)  # the filter's per-tick limit, from the held targets
+
+
+def test_the_press_guard_stops_the_target_descending_while_the_contact_force_is_over_the_limit() -> None:
+    """Above the press limit the target goes no lower than the measured tool (a position servo stops building force),
+    sideways motion and lifting still pass, and the tick is flagged; under the limit the target descends as before."""
+    control, receive = ServoLControl(), FakeReceive()
+    robot = UR5eRobot(receive, control, control_hz=10.0, lookahead_time=0.1, gain=300.0)
+    state = robot.read()
+    hole = np.array([0.45, -0.05, 0.20, 0.0], dtype=np.float32)  # the tool well inside the box
+    actuator = CartesianActuator(
+        robot,
+        ToolTarget(scale_m=0.01, scale_rad=0.05, hole_depth=0.04),
+        command=lambda: hole,
+        press_limit_n=150.0,
+    )
+    down = np.array([1.0, 0.0, -1.0, 0.0])
+    light = dataclasses.replace(state, tool_wrench=np.array([0.0, 0.0, 100.0, 0.0, 0.0, 0.0]))
+    result = actuator.apply(down, light, now=state.timestamp)
+    assert result.flags == frozenset() and not result.held
+    tool_z = float(state.tool_pose[2])
+    assert control.calls[-1][1][2] == pytest.approx(tool_z - 0.01)  # under the limit: 1 cm down
+    hard = dataclasses.replace(state, tool_wrench=np.array([30.0, 0.0, -160.0, 0.0, 0.0, 0.0]))
+    result = actuator.apply(down, hard, now=state.timestamp)
+    assert result.flags == frozenset({"press_limited"}) and not result.held
+    pose = control.calls[-1][1]
+    assert pose[2] == pytest.approx(tool_z)  # back up to the measured tool, not a further centimetre down
+    assert pose[0] == pytest.approx(float(state.tool_pose[0]) + 0.02)  # sideways still moves
+    actuator.apply(np.array([0.0, 0.0, 1.0, 0.0]), hard, now=state.timestamp)
+    assert control.calls[-1][1][2] == pytest.approx(tool_z + 0.01)  # lifting is never held back
+
+
+def test_the_loop_counts_each_intervention_and_deploy_reports_them() -> None:
+    from simdist.runtime.loop_stats import LoopStats
+
+    stats = LoopStats()
+    stats.intervened(frozenset({"rate_limited", "press_limited"}))
+    stats.intervened(frozenset({"rate_limited"}))
+    stats.intervened(frozenset())
+    assert stats.summary()["interventions"] == {"press_limited": 1, "rate_limited": 2}

@@ -327,6 +327,8 @@ def run(args: argparse.Namespace) -> int:
         f"plan p50 {s['plan_ms_p50']:.1f} ms, p99 {s['plan_ms_p99']:.1f} ms; state to command p50 "
         f"{s['act_ms_p50']:.1f} ms, p99 {s['act_ms_p99']:.1f} ms; model {result.version}"
     )
+    if s["interventions"]:
+        print("interventions (ticks): " + ", ".join(f"{k} {v}" for k, v in s["interventions"].items()))
     if scheduling.requested:
         wanted = f"control thread {scheduling.describe()}; planner thread {scheduling.planner().describe()}"
         print(

@@ -370,6 +370,7 @@ class DeployLoop:
                 self.actuator.hold()
             else:
                 result = self.actuator.apply(action, state, now)
+                self.stats.intervened(result.flags)
                 if result.held:
                     kind = "held"
                     action = self._hold_action()

@@ -28,6 +28,13 @@ class LoopStats:
     # from reading the robot to the command sent (the state-to-command latency the robot sees), per tick
     act_seconds: list[float] = field(default_factory=list)
     versions: list[str] = field(default_factory=list)  # the model version of every tick
+    # ticks the last layer before the robot shaped or replaced, per reason (the safety filter's flags: rate_limited,
+    # torque_limited, position_clipped, stale_state, ...; the UR5e's press_limited)
+    interventions: dict[str, int] = field(default_factory=dict)
+
+    def intervened(self, flags: frozenset[str]) -> None:
+        for flag in flags:
+            self.interventions[flag] = self.interventions.get(flag, 0) + 1
 
     def summary(self) -> dict[str, Any]:
         times = np.asarray(self.plan_seconds) if self.plan_seconds else np.zeros(1)
@@ -48,4 +55,5 @@ class LoopStats:
             "plan_ms_p99": float(np.percentile(times, 99) * 1e3),
             "act_ms_p50": float(np.percentile(acting, 50) * 1e3),
             "act_ms_p99": float(np.percentile(acting, 99) * 1e3),
+            "interventions": dict(sorted(self.interventions.items())),
         }

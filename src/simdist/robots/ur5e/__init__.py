@@ -139,7 +139,7 @@ class UR5e(RobotDescription):
         tool = ToolTarget(
             scale_m=cfg.peg.action_scale_m, scale_rad=cfg.peg.action_scale_rad, hole_depth=cfg.peg.hole_depth
         )
-        return CartesianActuator(robot, tool, command=command)
+        return CartesianActuator(robot, tool, command=command, press_limit_n=cfg.peg.press_limit_n)
 
 
 ROBOT = register(UR5e())

@@ -38,12 +38,15 @@ class ToolTarget:
         self.position = pose[:3].copy()
         self.yaw = float(np.arctan2(rot[1, 0], rot[0, 0]))
 
-    def step(self, action: np.ndarray, command: np.ndarray) -> None:
+    def step(self, action: np.ndarray, command: np.ndarray, *, floor_z: float | None = None) -> None:
+        """Move by one action; `floor_z`: the target goes no lower than this (the press guard's measured tool)."""
         a = np.asarray(action, dtype=np.float64)
         self.position = self.position + a[:3] * self.scale_m
         self.yaw += float(a[3]) * self.scale_rad
         low, high = workspace(np.asarray(command, dtype=np.float64)[:3], self.hole_depth)
         self.position = np.clip(self.position, low, high)
+        if floor_z is not None:
+            self.position[2] = max(self.position[2], min(floor_z, high[2]))
 
     def rotation(self) -> np.ndarray:
         c, s = np.cos(self.yaw), np.sin(self.yaw)
@@ -56,14 +59,33 @@ class ToolTarget:
         return np.concatenate([self.position, quaternion_to_rotvec(quat)])
 
 
-class CartesianActuator:
-    """UR5e tool deltas -> ToolTarget -> servoL. Holds (leaves servo mode) on a non-finite action or stale state."""
+PRESS_LIMITED = (
+    "press_limited"  # the contact force was over the press limit: the target went no lower than the tool
+)
 
-    def __init__(self, robot: Any, tool: ToolTarget, *, command: Any, stale_after_s: float = 0.2) -> None:
+
+class CartesianActuator:
+    """UR5e tool deltas -> ToolTarget -> servoL. Holds (leaves servo mode) on a non-finite action or stale state.
+
+    The press guard: while the measured contact force is above `press_limit_n`, the target goes no lower than the
+    measured tool, so a position servo stops building force against the part (a UR5e's protective stop, 200 N by
+    default, is the arm's own last resort, not the controller's force limit); flagged `press_limited`.
+    """
+
+    def __init__(
+        self,
+        robot: Any,
+        tool: ToolTarget,
+        *,
+        command: Any,
+        stale_after_s: float = 0.2,
+        press_limit_n: float = float("inf"),
+    ) -> None:
         self.robot = robot
         self.tool = tool
         self.command = command  # callable -> the current task command (hole estimate)
         self.stale_after_s = stale_after_s
+        self.press_limit_n = press_limit_n
         self._started = False
 
     def reset(self, state: RobotState) -> None:
@@ -79,9 +101,13 @@ class CartesianActuator:
         if now - state.timestamp > self.stale_after_s or not state.is_finite():
             self.hold()
             return Actuation(held=True, flags=frozenset({"stale_state"}))
-        self.tool.step(action, self.command())
+        pressing = (
+            state.tool_wrench is not None and np.linalg.norm(state.tool_wrench[:3]) > self.press_limit_n
+        )
+        floor_z = float(state.tool_pose[2]) if pressing else None
+        self.tool.step(action, self.command(), floor_z=floor_z)
         self.robot.send_tool_pose(self.tool.servo_pose())
-        return Actuation()
+        return Actuation(flags=frozenset({PRESS_LIMITED}) if pressing else frozenset())
 
     def hold(self) -> None:
         self.robot.hold()
