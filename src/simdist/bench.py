@@ -14,6 +14,7 @@ TARGETS: dict[str, str] = {
     "planner": "simdist.plan.bench",
     "ros": "simdist_bringup.bench",  # the ROS packages (a checkout's src/ or a colcon install) and rclpy
     "faults": "simdist.hardware.faults",  # the deploy stack against a robot emulator, one fault at a time
+    "fidelity": "simdist.hardware.fidelity",  # the Go2 over its DDS emulator against the in-process simulation
 }
 
 
@@ -66,7 +67,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma-separated fault scenarios (bench faults; default all)",
     )
     parser.add_argument(
-        "--out", default=None, metavar="DIR", help="where runs and faults.json go (bench faults; runs/faults)"
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="where runs and the JSON go (bench faults: runs/faults; fidelity: runs/fidelity)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 

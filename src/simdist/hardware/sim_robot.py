@@ -96,6 +96,16 @@ class SimRobot:
         with self._lock:
             return self._ended.pop(0) if self._ended else None
 
+    @property
+    def episodes_ended(self) -> int:
+        return self._episodes
+
+    def episode_so_far(self) -> dict[str, Any]:
+        """The running episode's metrics so far (the Go2's progress_m, ...) and its length in seconds."""
+        with self._lock:
+            metrics = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in self.env.metrics().items()}
+            return {**metrics, "seconds": float(self.env.steps[0]) / self.control_hz}
+
     # -- stepping ----------------------------------------------------------------------------------------------
     def _step(self, action: np.ndarray) -> None:
         obs, _, terminated, truncated, info = self.env.step(action[None])

@@ -128,6 +128,7 @@ class Go2Emulator:
         self.faults = FaultSchedule(faults)  # timed from the first valid command
         self.check = CommandCheck(max_step=float(np.max(safety_limits().max_step)))
         self.damping_at: list[float] = []  # seconds after the first command when damping began (each time)
+        self.let_go: dict[str, Any] | None = None  # the episode so far at the first damping command
         self._damping = False
         self._vanished = False
         from unitree_sdk2py.idl.default import unitree_go_msg_dds__LowState_
@@ -180,6 +181,14 @@ class Go2Emulator:
             damping = not np.any(kp > 0) and bool(np.any(kd > 0))
             if damping and not self._damping:
                 self.damping_at.append(t)
+                if (
+                    self.let_go is None
+                ):  # where the robot was when its controller first let go (a stop, a fault)
+                    self.let_go = {
+                        "at_s": t,
+                        "episodes_ended": self.robot.episodes_ended,
+                        **self.robot.episode_so_far(),
+                    }
             self._damping = damping
             self._command = msg
 
@@ -278,6 +287,8 @@ class Go2Emulator:
             "faults": [dataclasses.asdict(f) for f in self.faults.faults],
             "tracking_rad": tracking,
             "episodes": episodes,
+            "episode_so_far": self.robot.episode_so_far(),
+            "at_first_damping": self.let_go,
             "sim_seconds": self.robot.sim_time,
         }
 
