@@ -388,8 +388,8 @@ def test_deploy_drives_the_emulated_ur5e_over_rtde_and_logs_every_tick(running: 
     from simdist.bags import read_episodes
 
     host = _host()
-    # a protective stop (200 N, the task's termination force) would end the run early: this test is the transport's
-    emulator = running(host, {"termination.max_force_n": 2000.0})
+    # the task's own protective stop (200 N): the actuator's press guard keeps the insertion under it
+    emulator = running(host, {})
     deploy = subprocess.run(
         [
             sys.executable,
@@ -418,6 +418,7 @@ def test_deploy_drives_the_emulated_ur5e_over_rtde_and_logs_every_tick(running: 
     assert summary["commands"]["servoL"] >= ticks - 2 and summary["refused_commands"] == {}
     assert summary["commands"]["stopScript"] == 1 and not summary["script_running"]
     assert summary["rtde_dropped"] == 0 and summary["late_steps"] <= summary["steps"] // 20
+    assert summary["protective_stops"] == 0  # without the press guard the shipped model pressed past 200 N
     (bag,) = sorted((tmp_path / "bags").glob("run_*"))
     proprio = np.concatenate([e["proprio"] for e in read_episodes(bag)])
     assert len(proprio) == ticks and np.isfinite(proprio).all()  # every tick in the bag

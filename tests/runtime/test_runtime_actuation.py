@@ -169,6 +169,13 @@ def test_the_press_guard_stops_the_target_descending_while_the_contact_force_is_
     assert pose[0] == pytest.approx(float(state.tool_pose[0]) + 0.02)  # sideways still moves
     actuator.apply(np.array([0.0, 0.0, 1.0, 0.0]), hard, now=state.timestamp)
     assert control.calls[-1][1][2] == pytest.approx(tool_z + 0.01)  # lifting is never held back
+    # a target far under the tool (a servo lagging while it presses) rises by one action's step per tick at most
+    for _ in range(4):
+        actuator.apply(down, light, now=state.timestamp)
+    deep = control.calls[-1][1][2]
+    assert deep == pytest.approx(tool_z + 0.01 - 0.04)
+    actuator.apply(down, hard, now=state.timestamp)
+    assert control.calls[-1][1][2] == pytest.approx(deep + 0.01)  # not straight back to the tool: 1 cm
 
 
 def test_the_loop_counts_each_intervention_and_deploy_reports_them() -> None:

@@ -13,7 +13,10 @@ def test_unknown_task_lists_valid():
 
 
 def test_unknown_profile_lists_valid():
-    with pytest.raises(ConfigError, match=r"unknown profile 'ice'.*ptfe, ptfe_2026_11, ptfe_2026_12, ptfe_b, ptfe_b_2026_12, sim"):
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown profile 'ice'.*ptfe, ptfe_2026_11, ptfe_2026_12, ptfe_b, ptfe_b_2026_12, sim",
+    ):
         make_env("go2_slope", "ice")
 
 

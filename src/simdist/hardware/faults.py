@@ -120,9 +120,6 @@ ROBOTS = {
             "the last plan's steps for 0.5 s (OPEN_LOOP_S), then servoStop",
         ),
         ticks_per_s=10,
-        # each fault alone: the task's 200 N protective stop (which the shipped model's insertion reaches in a
-        # plain run, docs/faults.md) would end every run at the insertion
-        emulator_args=("--set", "termination.max_force_n=2000"),
     ),
 }
 SCENARIOS = ROBOTS["go2"].scenarios
@@ -306,13 +303,27 @@ def run_scenario(
                 str(seconds),
                 str(bag_dir),
             ]
-            done = subprocess.run(
-                [*_python(), "-m", "simdist.hardware.faults", *args],
-                capture_output=True,
-                text=True,
-                env=_env(),
-                timeout=seconds + 120,
-            )
+            try:
+                done = subprocess.run(
+                    [*_python(), "-m", "simdist.hardware.faults", *args],
+                    capture_output=True,
+                    text=True,
+                    env=_env(),
+                    timeout=seconds + 120,
+                )
+            except (
+                subprocess.TimeoutExpired
+            ) as hung:  # a deploy that never ends is a failed scenario, not a crash
+                text = (
+                    hung.stderr.decode(errors="replace")
+                    if isinstance(hung.stderr, bytes)
+                    else hung.stderr or ""
+                )
+                tail = text.strip().splitlines()
+                done = subprocess.CompletedProcess(hung.cmd, -9, "", text)
+                outcome.notes += f"; the deploy hung (killed after {seconds + 120:g} s)" + (
+                    f", last line: {tail[-1]}" if tail else ""
+                )
             outcome.exit_code = done.returncode
             report = _last_json(done.stdout)
             if report is None:

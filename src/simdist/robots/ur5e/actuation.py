@@ -39,14 +39,17 @@ class ToolTarget:
         self.yaw = float(np.arctan2(rot[1, 0], rot[0, 0]))
 
     def step(self, action: np.ndarray, command: np.ndarray, *, floor_z: float | None = None) -> None:
-        """Move by one action; `floor_z`: the target goes no lower than this (the press guard's measured tool)."""
+        """Move by one action; `floor_z` (the press guard's measured tool height): the target rises towards it
+        instead of going lower, by at most one full action's step per tick."""
         a = np.asarray(action, dtype=np.float64)
+        before = self.position[2]
         self.position = self.position + a[:3] * self.scale_m
         self.yaw += float(a[3]) * self.scale_rad
         low, high = workspace(np.asarray(command, dtype=np.float64)[:3], self.hole_depth)
         self.position = np.clip(self.position, low, high)
         if floor_z is not None:
-            self.position[2] = max(self.position[2], min(floor_z, high[2]))
+            relieved = min(floor_z, before + self.scale_m, high[2])
+            self.position[2] = max(self.position[2], relieved)
 
     def rotation(self) -> np.ndarray:
         c, s = np.cos(self.yaw), np.sin(self.yaw)
