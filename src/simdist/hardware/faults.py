@@ -131,6 +131,9 @@ class Outcome:
     ok: bool = False
     unsafe_commands: int | None = None
     unsafe_reasons: list[str] = field(default_factory=list)
+    robot_stops: list[str] | None = (
+        None  # why the robot stopped, as it says (the UR5e: servoStop, protective_stop, ...)
+    )
     commands: int | None = None
     ticks: int | None = None
     bag_ticks: int | None = None
@@ -351,6 +354,7 @@ def run_scenario(
     robot = _last_json(stdout) or {}
     outcome.unsafe_commands = robot.get("unsafe_commands")
     outcome.unsafe_reasons = robot.get("unsafe_reasons", [])
+    outcome.robot_stops = robot.get("stop_reasons")
     outcome.commands = robot.get(bench_robot.commands_key)
     stops = [t for t in robot.get(bench_robot.stops_key, []) if t >= START_S]
     if scenario.expect_stop and outcome.safe_stop and stops:
