@@ -233,6 +233,21 @@ def test_an_arm_not_heard_from_never_blocks_the_hold_or_the_stop() -> None:
         control.stream_back.set()
 
 
+def test_the_end_of_a_run_stops_the_script_of_an_arm_still_streaming() -> None:
+    """The run's end comes a while after its last read (the bag closes first): an arm whose stream still advances
+    gets servoStop and stopScript, not only its watchdog (seen under load: the script ended by the watchdog)."""
+    import time
+
+    control, receive = FakeControl(), FakeReceive()
+    robot = UR5eRobot(receive, control, control_hz=10.0)
+    robot.read()
+    robot._servoing = True
+    robot._fresh_at = time.monotonic() - 1.0  # the last read a second ago
+    receive.time += 1.0  # and the stream has moved on since
+    robot.stop()
+    assert [c[0] for c in control.calls if c[0] != "disconnect"][-2:] == ["servoStop", "stopScript"]
+
+
 def test_a_live_arms_hold_stops_the_servo_then_kicks_its_watchdog() -> None:
     from simdist.robots.ur5e import hardware
 

@@ -245,6 +245,16 @@ class UR5eRobot:
         """The arm was heard from within `LINK_STALE_S` (as of the last `read`), so it can answer a command."""
         return time.monotonic() - self._fresh_at <= LINK_STALE_S and bool(self._receive.isConnected())
 
+    def _listen(self) -> None:
+        """Note a sample that arrived since the last `read` (the end of a run comes a while after its last tick)."""
+        try:
+            if self._receive.isConnected():
+                robot_time = float(self._receive.getTimestamp())
+                if robot_time != self._robot_time:
+                    self._robot_time, self._fresh_at = robot_time, time.monotonic()
+        except RuntimeError:
+            pass
+
     def hold(self) -> None:
         """Leave servo mode decelerating; the controller then holds the arm where it stopped. Holding again keeps
         the RTDE watchdog kicked. With the arm not heard from, nothing is sent: servoStop would block the loop
@@ -267,6 +277,7 @@ class UR5eRobot:
         self._stopped = True
         try:
             if self._control is not None:
+                self._listen()
                 if self._link_alive():
                     if self._servoing:
                         self._control.servoStop(self.stop_deceleration)
