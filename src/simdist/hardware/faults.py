@@ -7,7 +7,7 @@ Faults (seconds after the first command): the robot's state delayed 0.1 s and 1 
 leaving the network for 2 s (the Go2's DDS channels, the UR5e controller's sockets; the emulator's `--fault`); an
 exception in every plan, and NaN from the world model for 0.5 s (patched into the deploy process, which is otherwise
 `simdist deploy`); CPU load (two busy processes beside it) and a real `simdist finetune` beside it, training the
-dynamics on the plain run's bag at one thread as a robot's finetune node does; a malformed config (deploy must refuse in one line and
+dynamics on the bags of the runs before it at one thread as a robot's finetune node does; a malformed config (deploy must refuse in one line and
 send nothing); for the Go2 also a corrupt bag (finetune must refuse in one line) and finetune killed while it trains
 and writes (every version in the model folder must still load). Each run is its own emulator and deploy process on
 its own address (a DDS domain for the Go2, a loopback address for the UR5e, whose RTDE ports are fixed). The table
@@ -39,7 +39,7 @@ class Scenario:
     emulator: tuple[str, ...] = ()  # the emulator's --fault values
     deploy: tuple[str, ...] = ()  # faults patched into the deploy process (KIND:START:DURATION)
     load: int = 0  # busy processes beside the stack
-    finetune: bool = False  # a real dynamics finetune beside the stack, on the plain run's bag
+    finetune: bool = False  # a real dynamics finetune beside the stack, on the bags of the runs before it
     deploy_args: tuple[str, ...] = ()  # extra deploy arguments
     expect_stop: bool = False  # a safe stop is the right outcome
     expect_hold: bool = False  # held ticks, then running again (an outage shorter than the safe stop's 1 s)
@@ -76,9 +76,7 @@ def _common(vanish: str, vanish_notes: str, exception_notes: str) -> tuple[Scena
         ),
         Scenario("nonfinite_model_0.5s", deploy=(f"nonfinite_model:{START_S}:0.5",), expect_hold=True),
         Scenario("cpu_load", load=2),
-        Scenario(
-            "finetune_beside", finetune=True, notes="a dynamics finetune at 1 thread on the plain run's bag"
-        ),
+        Scenario("finetune_beside", finetune=True, notes="a dynamics finetune at 1 thread on the runs' bags"),
         Scenario("malformed_config", deploy_args=("--planner-set", "num_samples=-3"), expect_refusal=True),
     )
 
@@ -340,9 +338,11 @@ def run_scenario(
     finally:
         if scenario.finetune and load:
             alive = load[-1].poll() is None
-            outcome.notes += (
-                "; it trained throughout" if alive else f"; it ended early (exit {load[-1].returncode})"
-            )
+            if alive:
+                outcome.notes += "; it trained throughout"
+            else:
+                said = _error_line((out_dir / "finetune_beside" / "finetune.log").read_text(errors="replace"))
+                outcome.notes += f"; it ended early (exit {load[-1].returncode}{': ' + said if said else ''})"
         for proc in load:
             proc.kill()
         emulator.send_signal(signal.SIGINT)
@@ -369,16 +369,25 @@ def _plain_run_bag(out_dir: Path) -> Path | None:
 
 
 def _finetune_beside(model: str, out_dir: Path, seconds: float) -> subprocess.Popen[bytes] | None:
-    """`simdist finetune` of the dynamics on the plain run's bag, one thread, into a scratch model of its own,
-    for longer than the run (killed when the run ends), as a robot's finetune node trains beside its controller."""
-    source = _plain_run_bag(out_dir)
-    if source is None:
+    """`simdist finetune` of the dynamics on the bags of the runs so far (the plain run's at least), one thread,
+    into a scratch model of its own, for longer than the run (killed when the run ends), as a robot's finetune node
+    trains beside its controller. Its error output goes to finetune_beside/finetune.log."""
+    if _plain_run_bag(out_dir) is None:
         return None
-    work = out_dir / "finetune_beside" / "model"
-    command = [*_python(), "-m", "simdist.cli", "finetune", "--model", model, "--bag", str(source)]
-    command += ["--out", str(work), "--threads", "1", "--max-minutes", f"{seconds / 60.0 + 2.0:g}"]
+    bags = sorted(
+        bag
+        for bag in out_dir.glob("*/run_*")
+        if bag.parent.name not in ("corrupt_bag", "finetune_beside", "finetune_killed")
+    )
+    work = out_dir / "finetune_beside"
+    work.mkdir(parents=True, exist_ok=True)
+    command = [*_python(), "-m", "simdist.cli", "finetune", "--model", model, "--out", str(work / "model")]
+    for bag in bags:
+        command += ["--bag", str(bag)]
+    command += ["--threads", "1", "--max-minutes", f"{seconds / 60.0 + 2.0:g}"]
     command += ["--max-steps", "1000000", "--max-epochs", "1000000", "--patience", "1000000"]
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env())
+    with open(work / "finetune.log", "wb") as log_file:
+        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log_file, env=_env())
 
 
 def _judge(scenario: Scenario, o: Outcome, seconds: float, *, bag_slack: int = 50) -> bool:
