@@ -213,6 +213,21 @@ def _python() -> list[str]:
     return [sys.executable]
 
 
+def _simdist(*args: str) -> list[str]:
+    """The command line of `simdist ARGS...` in this interpreter."""
+    return [*_python(), "-m", "simdist.cli", *args]
+
+
+def _stop_emulator(emulator: subprocess.Popen[str]) -> tuple[str, str]:
+    """SIGINT (the emulator prints its summary and exits), killed if it does not within 20 s; its output."""
+    emulator.send_signal(signal.SIGINT)
+    try:
+        return emulator.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        emulator.kill()
+        return emulator.communicate()
+
+
 def _env() -> dict[str, str]:
     src = str(Path(__file__).resolve().parents[2])
     return {
@@ -250,18 +265,7 @@ def run_scenario(
     kind = _robot_of(task)
     bench_robot = ROBOTS[kind]
     outcome = Outcome(scenario.name, notes=scenario.notes)
-    emulate = [
-        *_python(),
-        "-m",
-        "simdist.cli",
-        "emulate",
-        "--task",
-        task,
-        "--address",
-        address,
-        "--seconds",
-        str(seconds + 20.0),
-    ]
+    emulate = _simdist("emulate", "--task", task, "--address", address, "--seconds", str(seconds + 20.0))
     for fault in scenario.emulator:
         emulate += ["--fault", fault]
     emulate += bench_robot.emulator_args
@@ -280,16 +284,7 @@ def run_scenario(
         emulator.stdout.readline()  # "emulating a go2 ..."
         bag_dir = out_dir / scenario.name
         if scenario.expect_refusal:
-            deploy = [
-                *_python(),
-                "-m",
-                "simdist.cli",
-                "deploy",
-                "--task",
-                task,
-                "--robot",
-                f"{kind}:{address}",
-            ]
+            deploy = _simdist("deploy", "--task", task, "--robot", f"{kind}:{address}")
             deploy += ["--model", model, "--minutes", str(seconds / 60.0), "--bag-dir", str(bag_dir)]
             done = subprocess.run(
                 [*deploy, *scenario.deploy_args], capture_output=True, text=True, env=_env(), timeout=120
@@ -312,14 +307,10 @@ def run_scenario(
                     env=_env(),
                     timeout=seconds + 120,
                 )
-            except (
-                subprocess.TimeoutExpired
-            ) as hung:  # a deploy that never ends is a failed scenario, not a crash
-                text = (
-                    hung.stderr.decode(errors="replace")
-                    if isinstance(hung.stderr, bytes)
-                    else hung.stderr or ""
-                )
+            except subprocess.TimeoutExpired as hung:
+                # a deploy that never ends is a failed scenario, not a crash of the bench
+                raw = hung.stderr or ""
+                text = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
                 tail = text.strip().splitlines()
                 done = subprocess.CompletedProcess(hung.cmd, -9, "", text)
                 outcome.notes += f"; the deploy hung (killed after {seconds + 120:g} s)" + (
@@ -345,12 +336,7 @@ def run_scenario(
                 outcome.notes += f"; it ended early (exit {load[-1].returncode}{': ' + said if said else ''})"
         for proc in load:
             proc.kill()
-        emulator.send_signal(signal.SIGINT)
-        try:
-            stdout, _ = emulator.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            emulator.kill()
-            stdout, _ = emulator.communicate()
+        stdout, _ = _stop_emulator(emulator)
     robot = _last_json(stdout) or {}
     outcome.unsafe_commands = robot.get("unsafe_commands")
     outcome.unsafe_reasons = robot.get("unsafe_reasons", [])
@@ -381,7 +367,7 @@ def _finetune_beside(model: str, out_dir: Path, seconds: float) -> subprocess.Po
     )
     work = out_dir / "finetune_beside"
     work.mkdir(parents=True, exist_ok=True)
-    command = [*_python(), "-m", "simdist.cli", "finetune", "--model", model, "--out", str(work / "model")]
+    command = _simdist("finetune", "--model", model, "--out", str(work / "model"))
     for bag in bags:
         command += ["--bag", str(bag)]
     command += ["--threads", "1", "--max-minutes", f"{seconds / 60.0 + 2.0:g}"]
@@ -432,7 +418,7 @@ def _corrupt_bag(model: str, out_dir: Path, source: Path | None) -> Outcome:
     before = sorted((work / "dynamics").glob("v*.safetensors"))
     finetune = ["finetune", "--bag", str(bag), "--model", str(work), "--in-place", "--max-steps", "20"]
     done = subprocess.run(
-        [*_python(), "-m", "simdist.cli", *finetune],
+        _simdist(*finetune),
         capture_output=True,
         text=True,
         env=_env(),
@@ -464,7 +450,7 @@ def _finetune_killed(model: str, out_dir: Path, source: Path | None, kills: int 
         shutil.copytree(model, work)
         finetune = ["finetune", "--bag", str(source), "--model", str(work), "--in-place", "--max-steps", "60"]
         proc = subprocess.Popen(
-            [*_python(), "-m", "simdist.cli", *finetune],
+            _simdist(*finetune),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env=_env(),

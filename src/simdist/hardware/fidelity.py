@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from simdist.atomic import write_text
-from simdist.hardware.faults import _env, _error_line, _last_json, _python
+from simdist.hardware.faults import _env, _error_line, _last_json, _python, _simdist, _stop_emulator
 
 MIN_SHARE = 0.75  # over DDS at least this share of the in-process progress
 MAX_EXTRA_FALLS = 1
@@ -81,34 +81,19 @@ def _over_dds(
 ) -> dict[str, Any]:
     address = f"lo:{domain}"
     overrides = [arg for item in sets for arg in ("--set", item)]
-    emulate = [*_python(), "-m", "simdist.cli", "emulate", "--task", task, "--profile", profile, *overrides]
+    emulate = _simdist("emulate", "--task", task, "--profile", profile, *overrides)
     emulate += ["--address", address, "--seed", str(seed), "--seconds", str(seconds + 60.0)]
     emulator = subprocess.Popen(
         emulate, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
     )
-    deploy = [
-        *_python(),
-        "-m",
-        "simdist.cli",
-        "deploy",
-        "--task",
-        task,
-        "--robot",
-        f"go2:{address}",
-        *overrides,
-    ]
+    deploy = _simdist("deploy", "--task", task, "--robot", f"go2:{address}", *overrides)
     deploy += ["--model", model, "--minutes", str(seconds / 60.0), "--no-bag", "--seed", str(seed)]
     try:
         assert emulator.stdout is not None
         emulator.stdout.readline()  # "emulating a go2 ..."
         done = subprocess.run(deploy, capture_output=True, text=True, env=_env(), timeout=seconds + 120)
     finally:
-        emulator.send_signal(2)  # SIGINT: the emulator prints its summary and exits
-        try:
-            stdout, stderr = emulator.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            emulator.kill()
-            stdout, stderr = emulator.communicate()
+        stdout, stderr = _stop_emulator(emulator)
     summary = _last_json(stdout)
     if summary is None:
         raise RuntimeError(f"the emulator gave no summary: {(stderr.strip().splitlines() or ['?'])[-1]}")
