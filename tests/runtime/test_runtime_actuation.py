@@ -142,9 +142,10 @@ def test_the_first_filtered_target_steps_from_what_the_robot_holds_not_from_wher
     assert step == pytest.approx(0.3, abs=1e-9)  # the filter's per-tick limit, from the held targets
 
 
-def test_the_press_guard_stops_the_target_descending_while_the_contact_force_is_over_the_limit() -> None:
-    """Above the press limit the target goes no lower than the measured tool (a position servo stops building force),
-    sideways motion and lifting still pass, and the tick is flagged; under the limit the target descends as before."""
+def test_the_press_guard_lets_the_target_sit_less_under_the_tool_the_harder_it_presses() -> None:
+    """Under half the press limit the target moves as the action says; from there the target may sit less and less
+    under the measured tool (one action's step at half the limit, none at the limit), rising towards that floor by
+    one step a tick at most; sideways motion and lifting always pass; a tick the guard raised is flagged."""
     control, receive = ServoLControl(), FakeReceive()
     robot = UR5eRobot(receive, control, control_hz=10.0, lookahead_time=0.1, gain=300.0)
     state = robot.read()
@@ -155,27 +156,32 @@ def test_the_press_guard_stops_the_target_descending_while_the_contact_force_is_
         command=lambda: hole,
         press_limit_n=150.0,
     )
-    down = np.array([1.0, 0.0, -1.0, 0.0])
-    light = dataclasses.replace(state, tool_wrench=np.array([0.0, 0.0, 100.0, 0.0, 0.0, 0.0]))
-    result = actuator.apply(down, light, now=state.timestamp)
-    assert result.flags == frozenset() and not result.held
+
+    def press(newtons: float, action: list[float]) -> tuple[float, frozenset[str]]:
+        wrench = np.array([0.0, 0.0, newtons, 0.0, 0.0, 0.0])
+        result = actuator.apply(
+            np.array(action), dataclasses.replace(state, tool_wrench=wrench), state.timestamp
+        )
+        assert not result.held
+        return float(control.calls[-1][1][2]) - tool_z, result.flags
+
     tool_z = float(state.tool_pose[2])
-    assert control.calls[-1][1][2] == pytest.approx(tool_z - 0.01)  # under the limit: 1 cm down
-    hard = dataclasses.replace(state, tool_wrench=np.array([30.0, 0.0, -160.0, 0.0, 0.0, 0.0]))
-    result = actuator.apply(down, hard, now=state.timestamp)
-    assert result.flags == frozenset({"press_limited"}) and not result.held
-    pose = control.calls[-1][1]
-    assert pose[2] == pytest.approx(tool_z)  # back up to the measured tool, not a further centimetre down
-    assert pose[0] == pytest.approx(float(state.tool_pose[0]) + 0.02)  # sideways still moves
-    actuator.apply(np.array([0.0, 0.0, 1.0, 0.0]), hard, now=state.timestamp)
-    assert control.calls[-1][1][2] == pytest.approx(tool_z + 0.01)  # lifting is never held back
-    # a target far under the tool (a servo lagging while it presses) rises by one action's step per tick at most
-    for _ in range(4):
-        actuator.apply(down, light, now=state.timestamp)
-    deep = control.calls[-1][1][2]
-    assert deep == pytest.approx(tool_z + 0.01 - 0.04)
-    actuator.apply(down, hard, now=state.timestamp)
-    assert control.calls[-1][1][2] == pytest.approx(deep + 0.01)  # not straight back to the tool: 1 cm
+    down, up, limited = [1.0, 0.0, -1.0, 0.0], [0.0, 0.0, 1.0, 0.0], frozenset({"press_limited"})
+    assert press(50.0, down) == (pytest.approx(-0.01), frozenset())  # light: 1 cm down
+    assert press(-160.0, down) == (
+        pytest.approx(0.0),
+        limited,
+    )  # over the limit (either sign): back to the tool
+    assert control.calls[-1][1][0] == pytest.approx(float(state.tool_pose[0]) + 0.02)  # sideways still moves
+    assert press(160.0, up) == (pytest.approx(0.01), frozenset())  # lifting is never held back
+    assert press(112.5, down) == (
+        pytest.approx(0.0),
+        frozenset(),
+    )  # three quarters: 5 mm of room, not used yet
+    assert press(112.5, down) == (pytest.approx(-0.005), limited)
+    for _ in range(4):  # a target far under the tool (a servo lagging while it presses)...
+        press(50.0, down)
+    assert press(160.0, down) == (pytest.approx(-0.035), limited)  # ...rises one step a tick, not at once
 
 
 def test_the_loop_counts_each_intervention_and_deploy_reports_them() -> None:

@@ -38,18 +38,21 @@ class ToolTarget:
         self.position = pose[:3].copy()
         self.yaw = float(np.arctan2(rot[1, 0], rot[0, 0]))
 
-    def step(self, action: np.ndarray, command: np.ndarray, *, floor_z: float | None = None) -> None:
-        """Move by one action; `floor_z` (the press guard's measured tool height): the target rises towards it
-        instead of going lower, by at most one full action's step per tick."""
+    def step(self, action: np.ndarray, command: np.ndarray, *, floor_z: float | None = None) -> bool:
+        """Move by one action; `floor_z` (the press guard's lowest target): the target goes no lower, rising
+        towards it by at most one full action's step per tick. Returns whether the floor raised the target."""
         a = np.asarray(action, dtype=np.float64)
         before = self.position[2]
         self.position = self.position + a[:3] * self.scale_m
         self.yaw += float(a[3]) * self.scale_rad
         low, high = workspace(np.asarray(command, dtype=np.float64)[:3], self.hole_depth)
         self.position = np.clip(self.position, low, high)
-        if floor_z is not None:
-            relieved = min(floor_z, before + self.scale_m, high[2])
-            self.position[2] = max(self.position[2], relieved)
+        if floor_z is None:
+            return False
+        relieved = min(floor_z, before + self.scale_m, high[2])
+        raised = bool(relieved > self.position[2])
+        self.position[2] = max(self.position[2], relieved)
+        return raised
 
     def rotation(self) -> np.ndarray:
         c, s = np.cos(self.yaw), np.sin(self.yaw)
@@ -70,9 +73,10 @@ PRESS_LIMITED = (
 class CartesianActuator:
     """UR5e tool deltas -> ToolTarget -> servoL. Holds (leaves servo mode) on a non-finite action or stale state.
 
-    The press guard: while the measured contact force is above `press_limit_n`, the target goes no lower than the
-    measured tool, so a position servo stops building force against the part (a UR5e's protective stop, 200 N by
-    default, is the arm's own last resort, not the controller's force limit); flagged `press_limited`.
+    The press guard: from half of `press_limit_n` on, the target may sit less and less under the measured tool (one
+    action's step at half the limit, none at the limit), so a position servo stops building force against the part
+    before the arm's protective stop (200 N by default: its last resort, not the controller's force limit); a tick
+    whose target it raised is flagged `press_limited`.
     """
 
     def __init__(
@@ -104,13 +108,22 @@ class CartesianActuator:
         if now - state.timestamp > self.stale_after_s or not state.is_finite():
             self.hold()
             return Actuation(held=True, flags=frozenset({"stale_state"}))
-        pressing = (
-            state.tool_wrench is not None and np.linalg.norm(state.tool_wrench[:3]) > self.press_limit_n
-        )
-        floor_z = float(state.tool_pose[2]) if pressing else None
-        self.tool.step(action, self.command(), floor_z=floor_z)
+        limited = self.tool.step(action, self.command(), floor_z=self._press_floor(state))
         self.robot.send_tool_pose(self.tool.servo_pose())
-        return Actuation(flags=frozenset({PRESS_LIMITED}) if pressing else frozenset())
+        return Actuation(flags=frozenset({PRESS_LIMITED}) if limited else frozenset())
+
+    def _press_floor(self, state: RobotState) -> float | None:
+        """The lowest tool target the contact force allows: from half the press limit on, how far the target may
+        sit under the measured tool (what a position servo turns into force) shrinks from one action's step to
+        nothing at the limit, so the force levels off under it instead of overshooting between two ticks."""
+        if state.tool_wrench is None:
+            return None
+        force = float(np.linalg.norm(state.tool_wrench[:3]))
+        half = 0.5 * self.press_limit_n
+        if not force > half:
+            return None
+        room = float(np.clip((self.press_limit_n - force) / half, 0.0, 1.0)) * self.tool.scale_m
+        return float(state.tool_pose[2]) - room
 
     def hold(self) -> None:
         self.robot.hold()
