@@ -1,15 +1,17 @@
-"""`simdist bench fidelity`: does a plan sent over the Go2's own protocol do to the emulated robot what it does in
+"""`simdist bench fidelity`: does a plan sent over the robot's own protocol do to the emulated robot what it does in
 the in-process simulation? The same task, profile, model, command and simulator seed, one real-time run each:
 
-- in process: `simdist deploy --robot sim:PROFILE --realtime --safety` (the hardware path's safety filter);
-- over DDS: `simdist emulate` (the MuJoCo Go2 behind rt/lowstate and rt/lowcmd) driven by `simdist deploy --robot
-  go2:lo:D`, each its own process.
+- in process: `simdist deploy --robot sim:PROFILE --realtime` (the Go2 through the hardware path's safety filter);
+- over the robot's link: `simdist emulate` (the MuJoCo Go2 behind rt/lowstate and rt/lowcmd on DDS, or the UR5e
+  behind RTDE) driven by `simdist deploy --robot go2:lo:D` or `ur5e:HOST`, each its own process.
 
-Both runs last one task episode (8 s on the Go2 tasks) so that they walk the same stretch of ground, with no finish
-marker (`terrain.finish_m=0` unless `--set` says otherwise: a capped progress would hide a difference); the figure is
-the forward progress over the run, falls included (a fallen robot's episode ends where it fell and the next one
-starts from the beginning). The tolerance, written down before it was first measured (docs/results.md): over DDS the
-robot makes at least 75 % of the in-process progress and falls at most once more.
+Both runs last one task episode (8 s) from the same start. The figures and their tolerances, written down before
+they were first measured (docs/results.md):
+- Go2: the forward progress over the run, falls included (a fallen robot's episode ends where it fell and the next
+  one starts from the beginning), with no finish marker (`terrain.finish_m=0` unless `--set` says otherwise: a
+  capped progress would hide a difference). Over DDS at least 75 % of the in-process progress, at most one more fall.
+- UR5e: whether the peg is inserted, and the time from the first command to the insertion, with the hole at the
+  task's nominal pose (where the emulator keeps it). Over RTDE inserted exactly when in process, and within 2 s.
 """
 
 from __future__ import annotations
@@ -23,8 +25,23 @@ from typing import Any
 from simdist.atomic import write_text
 from simdist.hardware.faults import _env, _error_line, _last_json, _python, _simdist, _stop_emulator
 
-MIN_SHARE = 0.75  # over DDS at least this share of the in-process progress
+MIN_SHARE = 0.75  # Go2: over DDS at least this share of the in-process progress
 MAX_EXTRA_FALLS = 1
+MAX_INSERT_DIFF_S = 2.0  # UR5e: the times to insertion differ by at most this
+DEFAULT_SETS = {
+    "go2": ["terrain.finish_m=0"],
+    "ur5e": ["peg.ranges.narrow=0.0", "peg.hole_yaw_range=0.0"],  # the hole where the emulator keeps it
+}
+
+
+def _inserted_after(summary: dict[str, Any]) -> float | None:
+    """Seconds from the first command to the peg's insertion (None: not inserted): the in-process run's first
+    episode (it ends at the insertion), or the emulator's own clock."""
+    if "inserted_at_s" in summary:
+        at, first = summary.get("inserted_at_s"), summary.get("first_servo_at_s")
+        return None if at is None or first is None else float(at - first)
+    first_episode = (summary.get("episodes") or [{}])[0]
+    return first_episode.get("seconds") if first_episode.get("metrics", {}).get("success") else None
 
 
 def _progress(summary: dict[str, Any]) -> tuple[float, int]:
@@ -54,18 +71,20 @@ def child(argv: list[str]) -> int:
     cfg = load_task(task, parse_overrides(json.loads(sets)))
     command = robots.get(cfg.robot).default_command(cfg).tolist()
     robot = SimRobot(cfg, profile, seed=int(seed), commands=[command], realtime=True)
+    safety = cfg.robot == "go2"  # joint targets through the filter; the UR5e's Cartesian path has none in sim
     result = run_deploy(
         cfg,
         f"sim:{profile}",
         model,
         seconds=float(seconds),
         realtime=True,
-        safety=True,
+        safety=safety,
         robot=robot,
         seed=int(seed),
     )
     episodes = [
-        {"metrics": e["metrics"], "terminated": e.get("terminated", False)} for e in result.stats.episodes
+        {"metrics": e["metrics"], "seconds": e.get("seconds"), "terminated": e.get("terminated", False)}
+        for e in result.stats.episodes
     ]
     summary = {
         "episodes": episodes,
@@ -76,21 +95,20 @@ def child(argv: list[str]) -> int:
     return 0
 
 
-def _over_dds(
-    task: str, profile: str, model: str, seconds: float, seed: int, domain: int, sets: list[str]
+def _over_link(
+    task: str, robot: str, profile: str, model: str, seconds: float, seed: int, address: str, sets: list[str]
 ) -> dict[str, Any]:
-    address = f"lo:{domain}"
     overrides = [arg for item in sets for arg in ("--set", item)]
     emulate = _simdist("emulate", "--task", task, "--profile", profile, *overrides)
     emulate += ["--address", address, "--seed", str(seed), "--seconds", str(seconds + 60.0)]
     emulator = subprocess.Popen(
         emulate, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
     )
-    deploy = _simdist("deploy", "--task", task, "--robot", f"go2:{address}", *overrides)
+    deploy = _simdist("deploy", "--task", task, "--robot", f"{robot}:{address}", *overrides)
     deploy += ["--model", model, "--minutes", str(seconds / 60.0), "--no-bag", "--seed", str(seed)]
     try:
         assert emulator.stdout is not None
-        emulator.stdout.readline()  # "emulating a go2 ..."
+        emulator.stdout.readline()  # "emulating a <robot> ..."
         done = subprocess.run(deploy, capture_output=True, text=True, env=_env(), timeout=seconds + 120)
     finally:
         stdout, stderr = _stop_emulator(emulator)
@@ -98,7 +116,7 @@ def _over_dds(
     if summary is None:
         raise RuntimeError(f"the emulator gave no summary: {(stderr.strip().splitlines() or ['?'])[-1]}")
     if done.returncode != 0:
-        raise RuntimeError(_error_line(done.stderr) or f"deploy over DDS exited {done.returncode}")
+        raise RuntimeError(_error_line(done.stderr) or f"deploy over the link exited {done.returncode}")
     return summary
 
 
@@ -128,34 +146,63 @@ def measure(
     *,
     seconds: float,
     seed: int = 0,
-    domain: int = 60,
+    address: str | None = None,
     sets: list[str] | None = None,
 ) -> dict[str, Any]:
-    """One run each way (the DDS one first), their progress and falls, and whether the tolerance holds. `sets`:
-    task overrides (KEY=VALUE) for both; default no finish marker."""
-    sets = ["terrain.finish_m=0"] if sets is None else list(sets)
-    dds = _over_dds(task, profile, model, seconds, seed, domain, sets)
+    """One run each way (over the link first), their figures, and whether the tolerance holds. `address`: the
+    emulator's (default a DDS domain or a loopback address of this process's own); `sets`: task overrides
+    (KEY=VALUE) for both runs, default `DEFAULT_SETS`."""
+    import os
+
+    from simdist.sim.config import load_task
+
+    robot = load_task(task).robot
+    if robot not in DEFAULT_SETS:
+        from simdist.errors import ConfigError
+
+        raise ConfigError(f"bench fidelity: no emulator link for the {robot} ({task})")
+    sets = list(DEFAULT_SETS[robot]) if sets is None else list(sets)
+    if address is None:
+        address = f"lo:{60 + os.getpid() % 100}" if robot == "go2" else f"127.{os.getpid() % 200 + 20}.250.1"
+    link = _over_link(task, robot, profile, model, seconds, seed, address, sets)
     local = _in_process(task, profile, model, seconds, seed, sets)
-    (dds_m, dds_falls), (local_m, local_falls) = _progress(dds), _progress(local)
-    share = dds_m / local_m if local_m > 0 else float("nan")
-    return {
+    result: dict[str, Any] = {
         "task": task,
+        "robot": robot,
         "profile": profile,
         "model": model,
         "seconds": seconds,
         "seed": seed,
         "overrides": sets,
-        "in_process": {"progress_m": local_m, "falls": local_falls, "stats": local.get("stats")},
-        "over_dds": {
-            "progress_m": dds_m,
-            "falls": dds_falls,
-            "commands": dds.get("lowcmd"),
-            "bad_crc": dds.get("bad_crc"),
-            "tracking_rad": dds.get("tracking_rad"),
-        },
-        "share": share,
-        "within_tolerance": bool(share >= MIN_SHARE and dds_falls <= local_falls + MAX_EXTRA_FALLS),
     }
+    if robot == "go2":
+        (link_m, link_falls), (local_m, local_falls) = _progress(link), _progress(local)
+        share = link_m / local_m if local_m > 0 else float("nan")
+        result["in_process"] = {"progress_m": local_m, "falls": local_falls, "stats": local.get("stats")}
+        result["over_link"] = {
+            "progress_m": link_m,
+            "falls": link_falls,
+            "commands": link.get("lowcmd"),
+            "bad_crc": link.get("bad_crc"),
+            "tracking_rad": link.get("tracking_rad"),
+        }
+        result["share"] = share
+        result["within_tolerance"] = bool(share >= MIN_SHARE and link_falls <= local_falls + MAX_EXTRA_FALLS)
+    else:
+        local_s, link_s = _inserted_after(local), _inserted_after(link)
+        result["in_process"] = {"inserted_after_s": local_s, "stats": local.get("stats")}
+        result["over_link"] = {
+            "inserted_after_s": link_s,
+            "commands": link.get("servo_commands"),
+            "protective_stops": link.get("protective_stops"),
+            "unsafe_commands": link.get("unsafe_commands"),
+            "tracking_m": link.get("tracking_m"),
+        }
+        both = local_s is not None and link_s is not None
+        result["within_tolerance"] = bool(
+            (local_s is None and link_s is None) or (both and abs(link_s - local_s) <= MAX_INSERT_DIFF_S)
+        )
+    return result
 
 
 def bench(args: argparse.Namespace) -> dict[str, Any]:
@@ -163,15 +210,9 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     from simdist.sim.config import load_task
 
     cfg = load_task(args.task)
-    if cfg.robot != "go2":
-        from simdist.errors import ConfigError
-
-        raise ConfigError(f"bench fidelity: the Go2 tasks only (the emulator on DDS), not {args.task}")
     model = str(resolve_model(args.task, getattr(args, "model", None)))
     seconds = float(getattr(args, "seconds", None) or cfg.episode_seconds)
-    sets = list(getattr(args, "overrides", None) or [])
-    if not any(item.startswith("terrain.finish_m=") for item in sets):
-        sets.append("terrain.finish_m=0")
+    sets = list(DEFAULT_SETS.get(cfg.robot, [])) + list(getattr(args, "overrides", None) or [])
     result = measure(args.task, args.profile or "sim", model, seconds=seconds, sets=sets)
     out = Path(getattr(args, "out", None) or "runs/fidelity")
     out.mkdir(parents=True, exist_ok=True)
@@ -181,19 +222,33 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def summary(result: dict[str, Any]) -> str:
-    local, dds = result["in_process"], result["over_dds"]
-    return "\n".join(
-        [
-            f"{result['task']} on {result['profile']}, {result['seconds']:g} s each, seed {result['seed']}, "
-            f"{' '.join(result['overrides']) or 'no overrides'}",
+    local, link = result["in_process"], result["over_link"]
+    lines = [
+        f"{result['task']} on {result['profile']}, {result['seconds']:g} s each, seed {result['seed']}, "
+        f"{' '.join(result['overrides']) or 'no overrides'}"
+    ]
+    verdict = "within" if result["within_tolerance"] else "NOT within"
+    if result["robot"] == "go2":
+        lines += [
             f"in process (sim:{result['profile']}, safety filter): {local['progress_m']:.2f} m, {local['falls']} falls",
-            f"over DDS (emulator): {dds['progress_m']:.2f} m, {dds['falls']} falls, {dds['commands']} commands, "
-            f"{dds['bad_crc']} bad CRC",
+            f"over DDS (emulator): {link['progress_m']:.2f} m, {link['falls']} falls, {link['commands']} commands, "
+            f"{link['bad_crc']} bad CRC",
             f"share {result['share']:.0%} (tolerance: >= {MIN_SHARE:.0%}, at most {MAX_EXTRA_FALLS} more fall): "
-            + ("within" if result["within_tolerance"] else "NOT within"),
-            f"saved: {result['saved']}",
+            + verdict,
         ]
-    )
+    else:
+
+        def when(t: float | None) -> str:
+            return "not inserted" if t is None else f"inserted {t:.1f} s after the first command"
+
+        lines += [
+            f"in process (sim:{result['profile']}): {when(local['inserted_after_s'])}",
+            f"over RTDE (emulator): {when(link['inserted_after_s'])}, {link['commands']} servo targets, "
+            f"{link['protective_stops']} protective stops, {link['unsafe_commands']} unsafe",
+            f"tolerance (inserted both ways within {MAX_INSERT_DIFF_S:g} s of each other, or neither): "
+            + verdict,
+        ]
+    return "\n".join([*lines, f"saved: {result['saved']}"])
 
 
 if __name__ == "__main__":

@@ -116,6 +116,7 @@ class SimRobot:
                 {
                     "episode": self._episodes,
                     "metrics": metrics,
+                    "seconds": float(info["step"][0]) / self.control_hz,
                     "terminated": bool(terminated[0]),
                     "truncated": bool(truncated[0]),
                 }

@@ -190,8 +190,9 @@ class EmulatedArm:
         self.protective_stop = False
         self.servoing = False
         self.counts = {"clipped_targets": 0, "tilt_ignored": 0, "protective_stops": 0}
-        # controller time the peg first reached the task's success depth
+        # controller time the peg first reached the task's success depth, and of the first servo target applied
         self.inserted_at: float | None = None
+        self.first_servo_at: float | None = None
         self._tracking = [0.0, 0]  # sum of |target - tip| over servo cycles, and their count
         self.history: deque[tuple[float, tuple[float, ...], tuple[float, ...]]] = deque(maxlen=4096)
 
@@ -232,6 +233,8 @@ class EmulatedArm:
         self.env.target_pos[0] = position
         self.env.target_yaw[0] = yaw
         self.servoing = True
+        if self.first_servo_at is None:
+            self.first_servo_at = self.time
 
     def _joints(self, q: np.ndarray) -> None:
         self.env.joint_targets_action(0, q)
@@ -889,6 +892,7 @@ class UR5eEmulator:
                 "faults": [dataclasses.asdict(f) for f in self.faults.faults],
                 "tracking_m": self.arm.tracking(),
                 "inserted_at_s": self.arm.inserted_at,
+                "first_servo_at_s": self.arm.first_servo_at,
                 "episodes": episodes,
                 "sim_seconds": self.arm.time,
             }

@@ -1,4 +1,4 @@
-"""`simdist bench fidelity`: the Go2 over its DDS emulator against the in-process simulation, same seed and command."""
+"""`simdist bench fidelity`: each robot over its own protocol and emulator against the in-process simulation."""
 
 from __future__ import annotations
 
@@ -24,6 +24,16 @@ def test_progress_sums_every_episode_and_the_one_the_run_ended_in() -> None:
     assert fidelity._progress(let_go) == (2.0, 1)
 
 
+def test_the_time_to_insertion_is_counted_from_the_first_command_both_ways() -> None:
+    in_process = {"episodes": [{"metrics": {"success": 1.0}, "seconds": 2.4}, {"metrics": {"success": 0.0}}]}
+    assert fidelity._inserted_after(in_process) == 2.4
+    assert fidelity._inserted_after({"episodes": [{"metrics": {"success": 0.0}, "seconds": 8.0}]}) is None
+    assert fidelity._inserted_after({"episodes": []}) is None
+    emulator = {"inserted_at_s": 7.0, "first_servo_at_s": 4.5}  # the emulator's own clock
+    assert fidelity._inserted_after(emulator) == 2.5
+    assert fidelity._inserted_after({"inserted_at_s": None, "first_servo_at_s": 4.5}) is None
+
+
 @pytest.mark.skipif(
     not all(__import__("importlib").util.find_spec(m) for m in ("unitree_sdk2py", "cyclonedds")),
     reason="unitree-sdk2py / cyclonedds not installed",
@@ -32,9 +42,9 @@ def test_the_same_plans_walk_the_robot_forward_both_ways(tmp_path) -> None:
     """3 s each way with the shipped model: over DDS every tick's command reaches the robot intact and it walks
     forward as in process (the tolerance itself is the bench's, on a full episode; here only that both walk)."""
     result = fidelity.measure(
-        "go2_slope", "sim", "models/go2_slope", seconds=3.0, domain=190 + os.getpid() % 40
+        "go2_slope", "sim", "models/go2_slope", seconds=3.0, address=f"lo:{190 + os.getpid() % 40}"
     )
-    local, dds = result["in_process"], result["over_dds"]
+    local, dds = result["in_process"], result["over_link"]
     assert local["progress_m"] > 0.3 and dds["progress_m"] > 0.3, result
     assert dds["bad_crc"] == 0 and dds["commands"] >= 100, (
         result
