@@ -25,10 +25,8 @@ def test_progress_sums_every_episode_and_the_one_the_run_ended_in() -> None:
 
 
 def test_the_time_to_insertion_is_counted_from_the_first_command_both_ways() -> None:
-    in_process = {"episodes": [{"metrics": {"success": 1.0}, "seconds": 2.4}, {"metrics": {"success": 0.0}}]}
-    assert fidelity._inserted_after(in_process) == 2.4
-    assert fidelity._inserted_after({"episodes": [{"metrics": {"success": 0.0}, "seconds": 8.0}]}) is None
-    assert fidelity._inserted_after({"episodes": []}) is None
+    assert fidelity._inserted_after({"episodes": [], "inserted_after_s": 2.4}) == 2.4  # watched in process
+    assert fidelity._inserted_after({"episodes": [], "inserted_after_s": None}) is None
     emulator = {"inserted_at_s": 7.0, "first_servo_at_s": 4.5}  # the emulator's own clock
     assert fidelity._inserted_after(emulator) == 2.5
     assert fidelity._inserted_after({"inserted_at_s": None, "first_servo_at_s": 4.5}) is None

@@ -14,6 +14,7 @@ from fast_planner import FAST_PLANNER
 from simdist import robots
 from simdist.hardware.sim_robot import SimRobot
 from simdist.robots import go2
+from simdist.robots.ur5e import workspace
 from simdist.robots.ur5e.actuation import CartesianActuator, ToolTarget
 from simdist.robots.ur5e.hardware import UR5eRobot, quaternion_to_rotvec, rotvec_to_quaternion
 from simdist.runtime.deploy import run_deploy
@@ -192,3 +193,30 @@ def test_the_loop_counts_each_intervention_and_deploy_reports_them() -> None:
     stats.intervened(frozenset({"rate_limited"}))
     stats.intervened(frozenset())
     assert stats.summary()["interventions"] == {"press_limited": 1, "rate_limited": 2}
+
+
+def test_the_ur5e_hardware_path_drives_the_simulator_through_its_tool_target() -> None:
+    """`--safety` on a simulated UR5e: the Cartesian actuator (with its press guard) sends servoL poses, which the
+    simulator applies as its tool target, inside the workspace, as the emulated arm does."""
+    robot = SimRobot("ur5e_peg", "sim", seed=1, overrides={"nominal.sensor_noise_scale": 0})
+    try:
+        actuator = robots.get("ur5e").actuator(robot, robot.cfg, robot.command)
+        assert (
+            isinstance(actuator, CartesianActuator) and actuator.press_limit_n == robot.cfg.peg.press_limit_n
+        )
+        state = robot.read()
+        actuator.apply(np.array([0.5, -0.5, -1.0, 0.4]), state, now=state.timestamp)
+        tool = np.asarray(state.tool_pose[:3], dtype=np.float64)
+        np.testing.assert_allclose(robot.env.target_pos[0], tool + [0.005, -0.005, -0.01], atol=1e-9)
+        far = np.array([5.0, 5.0, 5.0, 0.0, 0.0, 0.0])
+        robot.send_tool_pose(
+            far
+        )  # clipped into the box around the hole estimate, as the arm's emulator clips
+        low, high = workspace(robot.command()[:3].astype(np.float64), robot.cfg.peg.hole_depth)
+        np.testing.assert_allclose(robot.env.target_pos[0], high)
+    finally:
+        robot.stop()
+    go2 = SimRobot("go2_slope", "sim", seed=0)
+    with pytest.raises(ValueError, match="takes no tool pose"):
+        go2.send_tool_pose(np.zeros(6))
+    go2.stop()

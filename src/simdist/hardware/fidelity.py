@@ -1,7 +1,8 @@
 """`simdist bench fidelity`: does a plan sent over the robot's own protocol do to the emulated robot what it does in
 the in-process simulation? The same task, profile, model, command and simulator seed, one real-time run each:
 
-- in process: `simdist deploy --robot sim:PROFILE --realtime` (the Go2 through the hardware path's safety filter);
+- in process: `simdist deploy --robot sim:PROFILE --realtime --safety` (through the robot's own actuator: the Go2's
+  safety filter, the UR5e's Cartesian target with its press guard);
 - over the robot's link: `simdist emulate` (the MuJoCo Go2 behind rt/lowstate and rt/lowcmd on DDS, or the UR5e
   behind RTDE) driven by `simdist deploy --robot go2:lo:D` or `ur5e:HOST`, each its own process.
 
@@ -10,8 +11,8 @@ they were first measured (docs/results.md):
 - Go2: the forward progress over the run, falls included (a fallen robot's episode ends where it fell and the next
   one starts from the beginning), with no finish marker (`terrain.finish_m=0` unless `--set` says otherwise: a
   capped progress would hide a difference). Over DDS at least 75 % of the in-process progress, at most one more fall.
-- UR5e: whether the peg is inserted, and the time from the first command to the insertion, with the hole at the
-  task's nominal pose (where the emulator keeps it). Over RTDE inserted exactly when in process, and within 2 s.
+- UR5e: whether the peg is inserted (the task's success depth reached), and the time from the first command to
+  that, with the hole at the task's nominal pose (where the emulator keeps it). Over RTDE inserted exactly when in process, and within 2 s.
 """
 
 from __future__ import annotations
@@ -35,13 +36,12 @@ DEFAULT_SETS = {
 
 
 def _inserted_after(summary: dict[str, Any]) -> float | None:
-    """Seconds from the first command to the peg's insertion (None: not inserted): the in-process run's first
-    episode (it ends at the insertion), or the emulator's own clock."""
+    """Seconds from the first command to the peg's first insertion (None: not inserted): the in-process run watched
+    its first episode tick by tick; the emulator keeps its own clock."""
     if "inserted_at_s" in summary:
         at, first = summary.get("inserted_at_s"), summary.get("first_servo_at_s")
         return None if at is None or first is None else float(at - first)
-    first_episode = (summary.get("episodes") or [{}])[0]
-    return first_episode.get("seconds") if first_episode.get("metrics", {}).get("success") else None
+    return summary.get("inserted_after_s")
 
 
 def _progress(summary: dict[str, Any]) -> tuple[float, int]:
@@ -71,16 +71,24 @@ def child(argv: list[str]) -> int:
     cfg = load_task(task, parse_overrides(json.loads(sets)))
     command = robots.get(cfg.robot).default_command(cfg).tolist()
     robot = SimRobot(cfg, profile, seed=int(seed), commands=[command], realtime=True)
-    safety = cfg.robot == "go2"  # joint targets through the filter; the UR5e's Cartesian path has none in sim
+    inserted: list[
+        float
+    ] = []  # the peg: the first tick at which it is inserted (its success), from the first command
+
+    def watch(k: int, loop: Any) -> None:
+        if not inserted and robot.episodes_ended == 0 and robot.episode_so_far().get("success"):
+            inserted.append(robot.episode_so_far()["seconds"])
+
     result = run_deploy(
         cfg,
         f"sim:{profile}",
         model,
         seconds=float(seconds),
         realtime=True,
-        safety=safety,
+        safety=True,  # the robot's own actuator: the Go2's safety filter, the UR5e's press guard
         robot=robot,
         seed=int(seed),
+        on_tick=watch if cfg.robot == "ur5e" else None,
     )
     episodes = [
         {"metrics": e["metrics"], "seconds": e.get("seconds"), "terminated": e.get("terminated", False)}
@@ -89,6 +97,7 @@ def child(argv: list[str]) -> int:
     summary = {
         "episodes": episodes,
         "episode_so_far": robot.episode_so_far(),
+        "inserted_after_s": inserted[0] if inserted else None,
         "stats": result.stats.summary(),
     }
     print(json.dumps(summary), flush=True)

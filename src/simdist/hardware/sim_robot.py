@@ -178,6 +178,15 @@ class SimRobot:
             action = self.env.joint_targets_action(0, targets)
         self.send_action(action)
 
+    def send_tool_pose(self, pose: np.ndarray) -> None:
+        """A Cartesian tool target (the UR5e's servoL pose), so that the robot's own actuator can drive the simulator
+        (`simdist deploy --safety`); only for a task whose simulator has a tool target."""
+        if not hasattr(self.env, "tool_pose_action"):
+            raise ValueError(f"a {self.robot} simulator takes no tool pose")
+        with self._lock:
+            action = self.env.tool_pose_action(0, np.asarray(pose, dtype=np.float64))
+        self.send_action(action)
+
     def hold(self) -> None:
         self.send_action(self.hold_action())
 

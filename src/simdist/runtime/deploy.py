@@ -264,7 +264,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--command", type=float, nargs="+", default=None, help="fixed task command (hardware)"
     )
     parser.add_argument(
-        "--safety", action="store_true", help="sim robots too: joint targets through the safety filter"
+        "--safety",
+        action="store_true",
+        help="sim robots too: through the robot's own actuator (the Go2's safety filter, the UR5e's press guard)",
     )
     parser.add_argument("--seed", type=int, default=0)
     add_overrides_argument(parser, help="override any task YAML value (e.g. profiles.ptfe.friction=0.07)")

@@ -450,6 +450,19 @@ class PegEnv(SimVecEnv):
             robot_time=robot_time,
         )
 
+    def tool_pose_action(self, i: int, pose: np.ndarray) -> np.ndarray:
+        """A servoL pose (x, y, z, rx, ry, rz of the peg tip) becomes the tool target, inside the workspace, as the
+        emulated arm applies it; the action is then a zero delta. The hardware path (`CartesianActuator`, with its
+        press guard) drives the simulator through this."""
+        from simdist.robots.ur5e.hardware import rotvec_to_matrix
+
+        pose = np.asarray(pose, dtype=np.float64)
+        rot = rotvec_to_matrix(pose[3:6])
+        low, high = workspace(self.command[i, :3], self.cfg.peg.hole_depth)
+        self.target_pos[i] = np.clip(pose[:3], low, high)
+        self.target_yaw[i] = math.atan2(rot[1, 0], rot[0, 0])
+        return np.zeros(self.action_dim, dtype=np.float32)
+
     def joint_targets_action(self, i: int, targets: np.ndarray) -> np.ndarray:
         """Joint targets become the tool target (peg tip position and flange yaw, by forward kinematics) that the
         servo's IK tracks; the action is then a zero delta."""
