@@ -52,12 +52,9 @@ def test_the_finetune_scenario_counts_only_if_the_finetune_trained_throughout(tm
     scenario = next(s for s in faults.SCENARIOS if s.name == "finetune_beside")
     assert scenario in faults.ROBOTS["ur5e"].scenarios  # robot-independent: every robot's bench runs it
     ran = faults.Outcome("finetune_beside", unsafe_commands=0, ticks=400, bag_ticks=400, safe_stop=False)
-    assert faults._judge(
-        scenario, faults.Outcome(**{**ran.__dict__, "notes": "x; it trained throughout"}), 8.0
-    )
-    assert not faults._judge(
-        scenario, faults.Outcome(**{**ran.__dict__, "notes": "x; it ended early (exit 2)"}), 8.0
-    )
+    assert faults._judge(scenario, faults.Outcome(**{**ran.__dict__, "finetune_trained": True}), 8.0)
+    assert not faults._judge(scenario, faults.Outcome(**{**ran.__dict__, "finetune_trained": False}), 8.0)
+    assert not faults._judge(scenario, ran, 8.0)  # it never started (no bag to train on)
     assert faults._finetune_beside("models/go2_slope", tmp_path, 8.0) is None  # no plain run's bag: no load
 
 

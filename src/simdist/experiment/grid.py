@@ -43,7 +43,7 @@ def parse_setting(text: str) -> tuple[str, dict[str, Any]]:
 class PolicyCensus:
     """Per tick, which of the base policy's chunks the model scored best: its lead (`PlanStats.policy_lead`, the
     delay the dynamics believe the robot has) and the factor on its command (`policy_command_scale`, how much
-    slower than commanded the dynamics would walk). Attached like the auditor, after the first tick; counts the
+    slower or faster than commanded the dynamics would walk). Attached like the auditor, after the first tick; counts the
     ticks after it."""
 
     STATS = ("policy_lead", "policy_command_scale")

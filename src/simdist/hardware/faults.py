@@ -7,8 +7,8 @@ Faults (seconds after the first command): the robot's state delayed 0.1 s and 1 
 leaving the network for 2 s (the Go2's DDS channels, the UR5e controller's sockets; the emulator's `--fault`); an
 exception in every plan, and NaN from the world model for 0.5 s (patched into the deploy process, which is otherwise
 `simdist deploy`); CPU load (two busy processes beside it) and a real `simdist finetune` beside it, training the
-dynamics on the bags of the runs before it at one thread as a robot's finetune node does; a malformed config (deploy must refuse in one line and
-send nothing); for the Go2 also a corrupt bag (finetune must refuse in one line) and finetune killed while it trains
+dynamics at one thread on the bags of the runs before it, as a robot's finetune node does; a malformed config
+(deploy must refuse in one line and send nothing); for the Go2 also a corrupt bag (finetune must refuse in one line) and finetune killed while it trains
 and writes (every version in the model folder must still load). Each run is its own emulator and deploy process on
 its own address (a DDS domain for the Go2, a loopback address for the UR5e, whose RTDE ports are fixed). The table
 is printed and the whole result saved as JSON (`--out`, default runs/faults/faults.json).
@@ -129,9 +129,10 @@ class Outcome:
     ok: bool = False
     unsafe_commands: int | None = None
     unsafe_reasons: list[str] = field(default_factory=list)
-    robot_stops: list[str] | None = (
-        None  # why the robot stopped, as it says (the UR5e: servoStop, protective_stop, ...)
-    )
+    # why the robot stopped, as it says (the UR5e: servoStop, protective_stop, ...)
+    robot_stops: list[str] | None = None
+    # finetune_beside: whether the finetune was still training when the run ended (None: it never started)
+    finetune_trained: bool | None = None
     commands: int | None = None
     ticks: int | None = None
     bag_ticks: int | None = None
@@ -218,6 +219,13 @@ def _simdist(*args: str) -> list[str]:
     return [*_python(), "-m", "simdist.cli", *args]
 
 
+def _run_module(module: str, args: list[str], *, timeout: float) -> subprocess.CompletedProcess[str]:
+    """`python -m MODULE ARGS...` in this interpreter, its output captured."""
+    return subprocess.run(
+        [*_python(), "-m", module, *args], capture_output=True, text=True, env=_env(), timeout=timeout
+    )
+
+
 def _stop_emulator(emulator: subprocess.Popen[str]) -> tuple[str, str]:
     """SIGINT (the emulator prints its summary and exits), killed if it does not within 20 s; its output."""
     emulator.send_signal(signal.SIGINT)
@@ -273,12 +281,9 @@ def run_scenario(
         emulate, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
     )
     load = [subprocess.Popen([*_python(), "-c", "while True: pass"]) for _ in range(scenario.load)]
-    if scenario.finetune:
-        finetune = _finetune_beside(model, out_dir, seconds)
-        if finetune is None:
-            outcome.notes = "no bag from the plain run ('none') to finetune on"
-        else:
-            load.append(finetune)
+    finetune = _finetune_beside(model, out_dir, seconds) if scenario.finetune else None
+    if scenario.finetune and finetune is None:
+        outcome.notes = "no bag from the plain run ('none') to finetune on"
     try:
         assert emulator.stdout is not None
         emulator.stdout.readline()  # "emulating a go2 ..."
@@ -300,13 +305,7 @@ def run_scenario(
                 str(bag_dir),
             ]
             try:
-                done = subprocess.run(
-                    [*_python(), "-m", "simdist.hardware.faults", *args],
-                    capture_output=True,
-                    text=True,
-                    env=_env(),
-                    timeout=seconds + 120,
-                )
+                done = _run_module("simdist.hardware.faults", args, timeout=seconds + 120)
             except subprocess.TimeoutExpired as hung:
                 # a deploy that never ends is a failed scenario, not a crash of the bench
                 raw = hung.stderr or ""
@@ -327,14 +326,14 @@ def run_scenario(
                 outcome.late, outcome.held, outcome.missed = stats["late"], stats["held"], stats["missed"]
                 outcome.stale, outcome.safe_stop = stats["stale"], stats["safe_stops"] > 0
     finally:
-        if scenario.finetune and load:
-            alive = load[-1].poll() is None
-            if alive:
+        if finetune is not None:
+            outcome.finetune_trained = finetune.poll() is None
+            if outcome.finetune_trained:
                 outcome.notes += "; it trained throughout"
             else:
                 said = _error_line((out_dir / "finetune_beside" / "finetune.log").read_text(errors="replace"))
-                outcome.notes += f"; it ended early (exit {load[-1].returncode}{': ' + said if said else ''})"
-        for proc in load:
+                outcome.notes += f"; it ended early (exit {finetune.returncode}{': ' + said if said else ''})"
+        for proc in [*load, *([finetune] if finetune is not None else [])]:
             proc.kill()
         stdout, _ = _stop_emulator(emulator)
     robot = _last_json(stdout) or {}
@@ -382,7 +381,7 @@ def _judge(scenario: Scenario, o: Outcome, seconds: float, *, bag_slack: int = 5
     the bag kept every tick but at most the last second's."""
     if o.unsafe_commands != 0:
         return False
-    if scenario.finetune and not o.notes.endswith("trained throughout"):
+    if scenario.finetune and not o.finetune_trained:
         return False  # the load this scenario is about was not there
     if scenario.expect_refusal:
         return o.exit_code not in (0, None) and o.error_line is not None and o.commands == 0

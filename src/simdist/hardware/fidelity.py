@@ -12,19 +12,21 @@ they were first measured (docs/results.md):
   one starts from the beginning), with no finish marker (`terrain.finish_m=0` unless `--set` says otherwise: a
   capped progress would hide a difference). Over DDS at least 75 % of the in-process progress, at most one more fall.
 - UR5e: whether the peg is inserted (the task's success depth reached), and the time from the first command to
-  that, with the hole at the task's nominal pose (where the emulator keeps it). Over RTDE inserted exactly when in process, and within 2 s.
+  that, with the hole at the task's nominal pose (where the emulator keeps it). Over RTDE inserted exactly when in
+  process, and within 2 s.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 from simdist.atomic import write_text
-from simdist.hardware.faults import _env, _error_line, _last_json, _python, _simdist, _stop_emulator
+from simdist.hardware.faults import _env, _error_line, _last_json, _run_module, _simdist, _stop_emulator
 
 MIN_SHARE = 0.75  # Go2: over DDS at least this share of the in-process progress
 MAX_EXTRA_FALLS = 1
@@ -71,13 +73,15 @@ def child(argv: list[str]) -> int:
     cfg = load_task(task, parse_overrides(json.loads(sets)))
     command = robots.get(cfg.robot).default_command(cfg).tolist()
     robot = SimRobot(cfg, profile, seed=int(seed), commands=[command], realtime=True)
-    inserted: list[
-        float
-    ] = []  # the peg: the first tick at which it is inserted (its success), from the first command
+    # the peg: seconds from the first command to the first tick at which it is inserted (its success)
+    inserted: list[float] = []
 
     def watch(k: int, loop: Any) -> None:
-        if not inserted and robot.episodes_ended == 0 and robot.episode_so_far().get("success"):
-            inserted.append(robot.episode_so_far()["seconds"])
+        if inserted or robot.episodes_ended:
+            return
+        so_far = robot.episode_so_far()
+        if so_far.get("success"):
+            inserted.append(so_far["seconds"])
 
     result = run_deploy(
         cfg,
@@ -133,13 +137,7 @@ def _in_process(
     task: str, profile: str, model: str, seconds: float, seed: int, sets: list[str]
 ) -> dict[str, Any]:
     args = [task, profile, model, str(seconds), str(seed), json.dumps(sets)]
-    done = subprocess.run(
-        [*_python(), "-m", "simdist.hardware.fidelity", *args],
-        capture_output=True,
-        text=True,
-        env=_env(),
-        timeout=seconds + 120,
-    )
+    done = _run_module("simdist.hardware.fidelity", args, timeout=seconds + 120)
     summary = _last_json(done.stdout)
     if summary is None:
         raise RuntimeError(
@@ -161,8 +159,6 @@ def measure(
     """One run each way (over the link first), their figures, and whether the tolerance holds. `address`: the
     emulator's (default a DDS domain or a loopback address of this process's own); `sets`: task overrides
     (KEY=VALUE) for both runs, default `DEFAULT_SETS`."""
-    import os
-
     from simdist.sim.config import load_task
 
     robot = load_task(task).robot

@@ -75,7 +75,7 @@ class PlannerConfig:
     # learnt the delay from real data can choose it. 0: the chunk as the policy proposes it (the authors' planner).
     policy_max_lead: int = 0
     # The base policy's chunk also proposed for the command scaled by each of these factors (a velocity-commanded
-    # robot: the policy asked to walk slower than commanded), every such chunk with its leads among the policy
+    # robot: the policy asked to walk slower, or faster, than commanded), every such chunk with its leads among the policy
     # samples and all of them scored against the real command. Where the commanded gait is more than the ground
     # allows (a slippery slope, a delay the policy never saw), the dynamics can say that a slower gait scores
     # better than a fall; with the pretrained dynamics it rarely does. Empty: the command as given only.

@@ -181,9 +181,8 @@ class Go2Emulator:
             damping = not np.any(kp > 0) and bool(np.any(kd > 0))
             if damping and not self._damping:
                 self.damping_at.append(t)
-                if (
-                    self.let_go is None
-                ):  # where the robot was when its controller first let go (a stop, a fault)
+                # where the robot was when its controller first let go (a stop, a fault)
+                if self.let_go is None:
                     self.let_go = {
                         "at_s": t,
                         "episodes_ended": self.robot.episodes_ended,

@@ -65,9 +65,8 @@ class ToolTarget:
         return np.concatenate([self.position, quaternion_to_rotvec(quat)])
 
 
-PRESS_LIMITED = (
-    "press_limited"  # the contact force was over the press limit: the target went no lower than the tool
-)
+# the contact force was over half the press limit and the target was raised to the floor it allows
+PRESS_LIMITED = "press_limited"
 
 
 class CartesianActuator:

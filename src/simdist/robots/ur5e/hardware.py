@@ -7,6 +7,7 @@ the peg tip (set it on the teach pendant or with RTDEControlInterface.setTcp) fo
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -171,12 +172,7 @@ class UR5eRobot:
             # its watchdog stops the arm safely (as the Go2's adapter keeps its last lowstate); a tick that raised
             # here left the outage out of the bag.
             return self._last_state
-        robot_time = float(self._receive.getTimestamp())
-        now = time.monotonic()
-        # The receive thread keeps returning the last sample when data stops; stamp a sample when it first appears
-        # so that the safety filter sees staleness.
-        if robot_time != self._robot_time:
-            self._robot_time, self._fresh_at = robot_time, now
+        robot_time = self._note_sample()
         pose = np.asarray(self._receive.getActualTCPPose(), dtype=np.float64)
         torques = None
         if self._control is not None and hasattr(self._control, "getJointTorques") and self._link_alive():
@@ -245,15 +241,13 @@ class UR5eRobot:
         """The arm was heard from within `LINK_STALE_S` (as of the last `read`), so it can answer a command."""
         return time.monotonic() - self._fresh_at <= LINK_STALE_S and bool(self._receive.isConnected())
 
-    def _listen(self) -> None:
-        """Note a sample that arrived since the last `read` (the end of a run comes a while after its last tick)."""
-        try:
-            if self._receive.isConnected():
-                robot_time = float(self._receive.getTimestamp())
-                if robot_time != self._robot_time:
-                    self._robot_time, self._fresh_at = robot_time, time.monotonic()
-        except RuntimeError:
-            pass
+    def _note_sample(self) -> float:
+        """The controller time of the latest sample; a sample seen for the first time is stamped now. The receive
+        thread keeps returning the last sample when data stops, so the stamp is what shows staleness."""
+        robot_time = float(self._receive.getTimestamp())
+        if robot_time != self._robot_time:
+            self._robot_time, self._fresh_at = robot_time, time.monotonic()
+        return robot_time
 
     def hold(self) -> None:
         """Leave servo mode decelerating; the controller then holds the arm where it stopped. Holding again keeps
@@ -277,7 +271,10 @@ class UR5eRobot:
         self._stopped = True
         try:
             if self._control is not None:
-                self._listen()
+                # a sample that arrived since the last read (the end of a run comes a while after its last tick)
+                with contextlib.suppress(RuntimeError):
+                    if self._receive.isConnected():
+                        self._note_sample()
                 if self._link_alive():
                     if self._servoing:
                         self._control.servoStop(self.stop_deceleration)
