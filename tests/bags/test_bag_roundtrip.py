@@ -229,3 +229,31 @@ def test_real_sigint_to_a_recording_process_leaves_a_readable_bag(tmp_path: Path
     ticks = episode["proprio"][:, 0]
     assert len(ticks) >= 4 and ticks.tolist() == list(range(len(ticks)))
     assert not episode["success"].any()
+
+
+def test_each_step_gets_the_reward_reported_at_the_next_tick_and_nan_where_there_is_none(
+    tmp_path: Path,
+) -> None:
+    # The reward reported with tick k was earned by tick k-1's action; None: the previous tick is not in the bag.
+    reported = [None, 0.5, 0.25, None, 1.0, 2.0]
+    with BagWriter(tmp_path / "run", robot="ur5e", reward=True) as bag:
+        t = T0
+        bag.start_episode(model_version="v0000", stamp_ns=t)
+        for k, reward in enumerate(reported):
+            if k == 4:  # episode 0 ends after tick 3: tick 4's reward is episode 0's last step's
+                bag.end_episode(success=True, stamp_ns=t + 10)
+                bag.start_episode(model_version="v0000", stamp_ns=t + 20)
+            t += 100
+            bag.append(
+                observation=np.zeros(7), action=np.zeros(6), command=np.zeros(2), reward=reward, stamp_ns=t
+            )
+    first, second = read_episodes(tmp_path / "run")
+    np.testing.assert_array_equal(first["reward"], np.float32([0.5, 0.25, np.nan, 1.0]))
+    np.testing.assert_array_equal(second["reward"], np.float32([2.0, np.nan]))
+    with BagWriter(tmp_path / "plain", robot="ur5e") as bag:  # a robot that reports no reward: no topic
+        bag.start_episode(model_version="v0000", stamp_ns=T0)
+        with pytest.raises(BagError, match="reward=True"):
+            bag.append(observation=np.zeros(7), action=np.zeros(6), command=np.zeros(2), reward=1.0)
+        bag.append(observation=np.zeros(7), action=np.zeros(6), command=np.zeros(2), stamp_ns=T0 + 100)
+    assert schema.REWARD not in read_topics(tmp_path / "plain", [schema.EVENTS], optional=[schema.REWARD])
+    assert np.isnan(read_episodes(tmp_path / "plain")[0]["reward"]).all()

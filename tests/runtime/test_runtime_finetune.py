@@ -130,7 +130,7 @@ def test_bad_bags_write_nothing(go2_model: Path, tmp_path: Path) -> None:
         assert snapshot(go2_model) == before, name  # no version, no report, nothing
 
 
-def test_bag_windows_equal_the_simulation_windows_of_the_same_episodes(
+def test_bag_windows_and_rewards_equal_the_simulation_windows_of_the_same_episodes(
     go2_model: Path, tmp_path: Path
 ) -> None:
     from simdist.sim import make_env
@@ -154,11 +154,13 @@ def test_bag_windows_equal_the_simulation_windows_of_the_same_episodes(
     obs, _ = env.reset(seed=7)
     sim_episodes, current = [], {"proprio": [], "command": [], "action": []}
     actions = np.concatenate([e["action"] for e in real])
+    earned = []
     for action in actions:
         current["proprio"].append(obs["proprio"][0])
         current["command"].append(obs["command"][0])
         current["action"].append(action)
-        obs, _, _, _, info = env.step(action[None])
+        obs, reward, _, _, info = env.step(action[None])
+        earned.append(reward[0])
         if info["done"][0]:
             sim_episodes.append({k: np.stack(v) for k, v in current.items()})
             current = {"proprio": [], "command": [], "action": []}
@@ -166,6 +168,10 @@ def test_bag_windows_equal_the_simulation_windows_of_the_same_episodes(
         sim_episodes.append({k: np.stack(v) for k, v in current.items()})
     env.close()
     assert [len(e["proprio"]) for e in sim_episodes] == [len(e["proprio"]) for e in real]
+    # Each step's reward is the one its action earned, across the episodes' ends too; the run's last is unknown.
+    logged = np.concatenate([e["reward"] for e in real])
+    assert np.isnan(logged[-1]) and np.isfinite(logged[:-1]).all()
+    np.testing.assert_array_equal(logged[:-1], np.float32(earned[:-1]))
     for e in sim_episodes:
         n = len(e["proprio"])
         e.update(reward=np.zeros(n), value=np.zeros(n), expert_flag=np.zeros(n, bool))
@@ -311,6 +317,43 @@ def test_fair_full_finetuning_keeps_its_latent_spread_and_writes_a_model_of_its_
     assert spread["full"] != spread["start"]  # and the encoder did train
     with pytest.raises(ConfigError, match="exists"):
         finetune(go2_model, bags, options, out=tmp_path / "full")
+
+
+def test_full_finetuning_learns_the_rewards_the_robot_measured_and_anchors_the_rest(
+    go2_model: Path, tmp_path: Path
+) -> None:
+    import dataclasses
+
+    from simdist.runtime.finetune_losses import FullFinetuneLoss
+
+    episodes = real_episodes(_bags(go2_model, tmp_path / "bags", seconds=2.0))
+    for e in episodes:  # a robot whose reward the pretrained head does not know: every reward 0.05 higher
+        e["reward"] = e["reward"] + np.float32(0.05)
+    unmeasured = [{**e, "reward": np.full_like(e["reward"], np.nan)} for e in episodes]
+    options = dataclasses.replace(QUICK, trainable="all")
+
+    def reward_shift(data: list[dict[str, np.ndarray]]) -> float:
+        """Mean (predicted - measured) reward after 100 steps of the full-finetuning loss on `data`'s windows."""
+        torch.manual_seed(0)
+        model = load_checkpoint(go2_model)
+        loss_fn = FullFinetuneLoss(model, options)
+        batch = WindowSampler(InMemoryEpisodes(data), model.history, model.horizon).windows(np.arange(64))
+        optimiser = torch.optim.Adam(model.parameters(), lr=1e-3)
+        for _ in range(100):
+            optimiser.zero_grad()
+            loss_fn(model, batch).backward()
+            optimiser.step()
+        measured = WindowSampler(InMemoryEpisodes(episodes), model.history, model.horizon).windows(
+            np.arange(64)
+        )
+        with torch.no_grad():
+            out = model(measured)
+        reward = model.normalizer.denormalize("reward", out["reward"])
+        mask = measured.future_mask.bool()
+        return float((reward - measured.reward)[mask].mean())
+
+    learnt, anchored = reward_shift(episodes), reward_shift(unmeasured)
+    assert abs(learnt) < 0.01 and abs(anchored) > 0.04, (learnt, anchored)
 
 
 def test_finetune_command_publishes_into_a_working_copy_unless_in_place(

@@ -29,8 +29,11 @@ def _distro_of(metapath: Path) -> str:
         return "jazzy"
 
 
-def read_topics(bag_path: Path | str, topics: Iterable[str]) -> dict[str, list[tuple[int, Any]]]:
-    """Every message of `topics` as (bag time ns, deserialised message), checked against the schema.
+def read_topics(
+    bag_path: Path | str, topics: Iterable[str], optional: Iterable[str] = ()
+) -> dict[str, list[tuple[int, Any]]]:
+    """Every message of `topics` (and of the `optional` ones the bag has) as (bag time ns, deserialised message),
+    checked against the schema.
 
     Raises:
         BagError: the bag is missing, unreadable, truncated or empty, or a topic is missing or has the wrong type.
@@ -48,6 +51,7 @@ def read_topics(bag_path: Path | str, topics: Iterable[str]) -> dict[str, list[t
             if reader.message_count == 0:
                 raise BagError(f"{path}: empty bag (no messages)")
             by_topic = {c.topic: c for c in reader.connections}
+            wanted += tuple(t for t in optional if t in by_topic and t not in wanted)
             for topic in wanted:
                 if topic not in by_topic:
                     raise BagError(f"{path}: missing topic {topic}")
@@ -99,6 +103,25 @@ def _events(path: Path, messages: list[tuple[int, Any]]) -> list[tuple[int, dict
     return events
 
 
+def _step_rewards(path: Path, obs_t: np.ndarray, messages: list[tuple[int, Any]]) -> np.ndarray:
+    """(N,) the reward of each recorded tick's action: the reward message after the tick and no later than the next
+    recorded tick (the loop writes it with the next tick's observation); NaN where there is none."""
+    rew_t, values = _vectors(path, schema.REWARD, messages)
+    out = np.full(len(obs_t), np.nan, dtype=np.float32)
+    if not len(rew_t):
+        return out
+    if values.shape[1] != 1:
+        raise BagError(
+            f"{path}: topic {schema.REWARD} carries {values.shape[1]} values per message, expected 1"
+        )
+    after = np.searchsorted(rew_t, obs_t, side="right")
+    next_tick = np.append(obs_t[1:], np.iinfo(np.int64).max)
+    found = after < len(rew_t)
+    found[found] &= rew_t[after[found]] <= next_tick[found]
+    out[found] = values[after[found], 0]
+    return out
+
+
 def _vectors(path: Path, topic: str, messages: list[tuple[int, Any]]) -> tuple[np.ndarray, np.ndarray]:
     times = np.array([t for t, _ in messages], dtype=np.int64)
     rows = [conversions.vector_from_msg(m) for _, m in messages]
@@ -114,7 +137,8 @@ def read_episodes(bag_path: Path | str) -> list[dict[str, np.ndarray]]:
     """One dict of per-step arrays per episode of a run (per gap-free stretch of one), in recorded order.
 
         Keys: `proprio` (N, O) float32 from /simdist/observation, `action` (N, A), `command` (N, C) (the latest command
-        at each step), `step` (N,) int64 from 0, `timestamp_ns` (N,) int64, `model_version` (N,) str (the model that
+        at each step), `reward` (N,) float32 (the reward each step's action earned, from /simdist/reward at the next
+        tick; NaN where the bag has none: a robot that reports no reward, the last tick of a run, a gap), `step` (N,) int64 from 0, `timestamp_ns` (N,) int64, `model_version` (N,) str (the model that
         chose each action), `success` (N,) bool (the episode's outcome, repeated so every key slices alike) and
         `episode_index` (N,) int64, the episode's number within this run (not unique across runs, hence not
         `episode`). Episodes without steps are dropped; an episode that never ended counts as unsuccessful.
@@ -127,11 +151,12 @@ def read_episodes(bag_path: Path | str) -> list[dict[str, np.ndarray]]:
             BagError: naming the bag and, where one is at fault, the topic.
     """
     path = Path(bag_path)
-    data = read_topics(path, REQUIRED_TOPICS)
+    data = read_topics(path, REQUIRED_TOPICS, optional=(schema.REWARD,))
     events = _events(path, data[schema.EVENTS])
     obs_t, obs = _vectors(path, schema.OBSERVATION, data[schema.OBSERVATION])
     act_t, act = _vectors(path, schema.ACTION, data[schema.ACTION])
     cmd_t, cmd = _vectors(path, schema.COMMAND, data[schema.COMMAND])
+    reward = _step_rewards(path, obs_t, data.get(schema.REWARD, []))
 
     # Model version in force at any time: the latest run_start / episode_start / model_version that names one.
     version_t = np.array([t for t, e in events if "model_version" in e], dtype=np.int64)
@@ -190,6 +215,7 @@ def read_episodes(bag_path: Path | str) -> list[dict[str, np.ndarray]]:
             "proprio": obs[lo:hi],
             "action": act[alo:ahi],
             "command": cmd[cmd_idx],
+            "reward": reward[lo:hi],
             "step": step,
             "timestamp_ns": step_t.copy(),
             "model_version": np.array([version_v[i] for i in ver_idx], dtype=str),

@@ -19,6 +19,8 @@ CAMERA = f"{NAMESPACE}/camera/image_raw"
 COMMAND = f"{NAMESPACE}/command"
 OBSERVATION = f"{NAMESPACE}/observation"
 ACTION = f"{NAMESPACE}/action"
+# The task reward the robot side reported at a tick: earned by the previous tick's action (see `BagWriter.append`).
+REWARD = f"{NAMESPACE}/reward"
 EVENTS = f"{NAMESPACE}/events"
 
 # Message types as rosbags' typestore names them (package/msg/Type).
@@ -39,6 +41,7 @@ TOPIC_TYPES: dict[str, str] = {
     COMMAND: VECTOR_TYPE,
     OBSERVATION: VECTOR_TYPE,
     ACTION: VECTOR_TYPE,
+    REWARD: VECTOR_TYPE,
     EVENTS: EVENT_TYPE,
 }
 
@@ -80,11 +83,11 @@ def robot_topics(robot: str) -> tuple[str, ...]:
     return (JOINT_STATES, *(PART_TOPICS[p] for p in parts if p in PART_TOPICS))
 
 
-def topics_for(robot: str, *, camera: bool = False) -> tuple[str, ...]:
-    """All topics a run of `robot` writes, robot-specific ones first.
+def topics_for(robot: str, *, camera: bool = False, reward: bool = False) -> tuple[str, ...]:
+    """All topics a run of `robot` writes, robot-specific ones first; the reward where the robot reports one.
 
     Raises:
         ValueError: unknown robot (the message names the valid ones).
     """
-    extra = (CAMERA,) if camera else ()
+    extra = ((CAMERA,) if camera else ()) + ((REWARD,) if reward else ())
     return robot_topics(robot) + extra + COMMON_TOPICS

@@ -104,6 +104,7 @@ class BagWriter:
         distro: conversions.Distro = "jazzy",
         joint_names: Sequence[str] = (),
         camera: bool = False,
+        reward: bool = False,
         info: dict[str, Any] | None = None,
     ) -> None:
         if storage not in STORAGES:
@@ -112,7 +113,7 @@ class BagWriter:
         self.robot = robot
         self.storage = storage
         self.distro = distro
-        self.topics = schema.topics_for(robot, camera=camera)
+        self.topics = schema.topics_for(robot, camera=camera, reward=reward)
         self.joint_names = tuple(joint_names)
         self._typestore = conversions.typestore_for(distro)
         self._info = dict(info or {})
@@ -250,11 +251,14 @@ class BagWriter:
         command: np.ndarray,
         state: RobotState | None = None,
         image: np.ndarray | None = None,
+        reward: float | None = None,
         stamp_ns: int | None = None,
     ) -> int:
         """Write one control tick: the vectors the model saw and chose, the task command and the robot state.
 
-        Returns the tick's bag time (ns). Vector sizes must stay the same for the whole run.
+        `reward` (bags opened with `reward=True`) is what the robot reported with this tick's measurement: the reward
+        earned by the PREVIOUS tick's action, so the reader gives it to the step before (give None when the previous
+        tick is not in the bag). Returns the tick's bag time (ns). Vector sizes must stay the same for the whole run.
         """
         ts = self._typestore
         vectors = {
@@ -270,6 +274,10 @@ class BagWriter:
                 state = RobotState(**{**state.__dict__, "joint_names": self.joint_names})
             for topic, msg in conversions.state_messages(ts, state, self.topics, t):
                 self._write(topic, msg, t)
+        if reward is not None:
+            if schema.REWARD not in self.topics:
+                raise BagError(f"{self.path}: reward given but the bag was opened without reward=True")
+            self._write(schema.REWARD, conversions.vector_msg(ts, np.float32([reward]), "reward"), t)
         if image is not None:
             if schema.CAMERA not in self.topics:
                 raise BagError(f"{self.path}: image given but the bag was opened without camera=True")

@@ -9,6 +9,10 @@ against it.
 Lockstep (default): every `send_action` advances the physics by one control period and `timestamp` is the
 simulated clock. Real time (`start()`): a physics thread steps at the control rate with the latest action held,
 like a robot's own servo loop, and `timestamp` is `time.monotonic()`.
+
+Each measurement carries the task reward of the latest control step (`RobotState.reward`), computed by the
+simulator from its state: what a real robot's side would compute from its state estimate (the Go2's body velocity,
+the UR5e's tool pose against the hole). Runs record it, so finetuning that trains the reward head has targets.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ class SimRobot:
             default: the env's own command of each episode.
         realtime: step the physics in a thread at the control rate (call `start()`), instead of in `send_action`.
     """
+
+    reports_reward = True  # its states carry the task reward (`RobotState.reward`); bags record it
 
     def __init__(
         self,
@@ -71,6 +77,7 @@ class SimRobot:
         self._stop = threading.Event()
         self._closed = False
         self._damped = False
+        self._reward: float | None = None  # the latest step's task reward (None before the first step)
 
     # -- clock and episodes ---------------------------------------------------------------------------------
     @property
@@ -108,8 +115,9 @@ class SimRobot:
 
     # -- stepping ----------------------------------------------------------------------------------------------
     def _step(self, action: np.ndarray) -> None:
-        obs, _, terminated, truncated, info = self.env.step(action[None])
+        obs, reward, terminated, truncated, info = self.env.step(action[None])
         self._steps += 1
+        self._reward = float(reward[0])
         if info["done"][0]:
             metrics = {k: v[0].item() for k, v in info["final_metrics"].items()}
             self._ended.append(
@@ -227,4 +235,6 @@ class SimRobot:
         return self._noise_rng.normal(0.0, std, shape)
 
     def _measure(self) -> RobotState:
-        return self.env.measure(0, self._noise, timestamp=self._stamp, robot_time=self.sim_time)
+        state = self.env.measure(0, self._noise, timestamp=self._stamp, robot_time=self.sim_time)
+        state.reward = self._reward
+        return state

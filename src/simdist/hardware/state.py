@@ -39,6 +39,9 @@ class RobotState:
     tool_wrench: np.ndarray | None = None  # (fx, fy, fz, tx, ty, tz), N and N m
     joint_names: tuple[str, ...] = ()
     robot_time: float | None = None  # s, the robot controller's clock
+    # The task reward of the robot's latest control step (earned by the command in force over the period that ended
+    # at or before this measurement), where the robot side computes one (the simulated robot does); else None.
+    reward: float | None = None
 
     def __post_init__(self) -> None:
         self.joint_positions = _vector(self.joint_positions, "joint_positions")

@@ -151,6 +151,7 @@ def run_deploy(
                 robot=cfg.robot,
                 joint_names=robot.joint_names,
                 camera=camera_ingest is not None,
+                reward=bool(getattr(robot, "reports_reward", False)),
                 info={
                     "task": cfg.task,
                     "robot_spec": robot_spec,

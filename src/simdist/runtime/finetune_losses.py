@@ -1,6 +1,6 @@
 """What finetuning minimises: latent consistency of the predicted latents against the frozen encoder's (dynamics
-only, as in pretraining), and for the full-finetuning baseline an EMA target encoder with the starting model's
-heads as anchors."""
+only, as in pretraining), and for the full-finetuning baseline an EMA target encoder, the rewards the robot
+measured, and the starting model's heads as anchors."""
 
 from __future__ import annotations
 
@@ -69,14 +69,20 @@ def masked_mean(errors: torch.Tensor, batch: WindowBatch) -> torch.Tensor:
 
 
 class FullFinetuneLoss:
-    """The full-finetuning baseline's loss: latent consistency against an EMA target encoder, plus the starting
-    model's reward, value and policy outputs on the same windows as anchors (so that what the heads read from the
-    encoder is not simply forgotten), all in normalised units."""
+    """The full-finetuning baseline's loss, all in normalised units: latent consistency against an EMA target
+    encoder; the reward the robot measured (`batch.reward`, NaN where it reported none), weight `reward_weight`;
+    and the starting model's outputs on the same windows as anchors, weight `anchor_weight` (its value and policy
+    outputs, and its reward where none was measured), so that what the heads read from the encoder is not simply
+    forgotten."""
 
     def __init__(self, model: WorldModel, options: FinetuneOptions) -> None:
         self.teacher = copy.deepcopy(model).eval().requires_grad_(False)
         self.target = copy.deepcopy(model.encoder).eval().requires_grad_(False)
-        self.decay, self.anchor = options.target_ema, options.anchor_weight
+        self.decay, self.anchor, self.reward = (
+            options.target_ema,
+            options.anchor_weight,
+            options.reward_weight,
+        )
 
     def __call__(self, model: WorldModel, batch: WindowBatch) -> torch.Tensor:
         out = model(batch)
@@ -85,8 +91,14 @@ class FullFinetuneLoss:
             target = self.target(n.normalize("obs", batch.future_obs), batch.future_image)
             taught = self.teacher(batch) if self.anchor > 0 else None
         loss = masked_mean((out["latent"] - target).pow(2).mean(-1), batch)
+        measured = torch.isfinite(out["reward_target"]) & batch.future_mask.bool()
+        if self.reward > 0 and measured.any():
+            error = (out["reward"] - torch.nan_to_num(out["reward_target"])).pow(2)
+            loss = loss + self.reward * (error * measured).sum() / measured.sum()
         if taught is not None:
-            anchors = sum(F.mse_loss(out[k], taught[k]) for k in ("reward", "value", "action"))
+            unmeasured = ~measured if self.reward > 0 else torch.ones_like(measured)
+            reward_anchor = ((out["reward"] - taught["reward"]).pow(2) * unmeasured).mean()
+            anchors = reward_anchor + sum(F.mse_loss(out[k], taught[k]) for k in ("value", "action"))
             loss = loss + self.anchor * anchors
         return loss
 

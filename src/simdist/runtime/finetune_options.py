@@ -54,10 +54,12 @@ class FinetuneOptions:
         "model of its own to --out), new_members (an ensemble's fresh members)",
     )
     # Full finetuning only (trainable="all"), so that the forgetting baseline is the strongest reasonable one:
-    # latent targets from an exponential moving average of the encoder (not the encoder being trained), and the
-    # starting model's reward, value and policy outputs on the same real windows as anchors (weight below).
+    # latent targets from an exponential moving average of the encoder (not the encoder being trained), the rewards
+    # the robot measured (bags of a robot that reports them: `/simdist/reward`), and the starting model's value and
+    # policy outputs (and its reward where none was measured) on the same real windows as anchors.
     target_ema: float = 0.99
     anchor_weight: float = 1.0
+    reward_weight: float = 1.0
 
 
 def add_option_arguments(parser: argparse.ArgumentParser, names: Sequence[str]) -> None:

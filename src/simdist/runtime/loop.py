@@ -127,6 +127,7 @@ class DeployLoop:
         self._episode_open = False
         self._episode_ticks = 0
         self._last_tick: int | None = None  # the last tick index run (a jump means periods were missed)
+        self._last_recorded: int | None = None  # the last tick in the bag (its action earns the next reward)
         self._last_plan: Plan | None = None
         self._plan_tick = 0
         # the adopted plan's lead (1: planned ahead, its step 1 is for the tick after its own)
@@ -387,6 +388,11 @@ class DeployLoop:
             self._prev_action = action
             self._count(kind)
             if self.bag is not None:
+                # a bag with a reward topic (a robot that reports rewards) gets the reward of the previous tick's
+                # action when that tick is in the bag (the ROS stack's tick publisher carries none)
+                follows = self._last_recorded == k - 1
+                rewarded = schema.REWARD in getattr(self.bag, "topics", ())
+                reward = {"reward": getattr(state, "reward", None) if follows else None} if rewarded else {}
                 self.bag.append(
                     observation=obs.vector,
                     action=action,
@@ -394,7 +400,9 @@ class DeployLoop:
                     state=state,
                     image=image,
                     stamp_ns=stamp,
+                    **reward,
                 )
+                self._last_recorded = k
         except Exception:
             self.stats.errors += 1
             log.exception("deploy: tick %d failed; holding", k)

@@ -32,8 +32,9 @@ def stretch_id(episode: dict[str, np.ndarray]) -> int:
 def real_episodes(bags: Sequence[str | Path]) -> list[dict[str, np.ndarray]]:
     """Every episode of every bag in the dataset's per-step format, ready for `InMemoryEpisodes`.
 
-    Real data has no reward, critic value or expert flag: they are zeros and False (weight 0 in the dynamics-only
-    loss). `episode` is unique across runs. Raises BagError (naming the bag and topic) before returning anything.
+    Real data has no critic value or expert flag: they are zeros and False (weight 0 in the dynamics-only loss).
+    `reward` is what the robot reported (NaN where it reported none; only full finetuning reads it). `episode` is
+    unique across runs. Raises BagError (naming the bag and topic) before returning anything.
     """
     out: list[dict[str, np.ndarray]] = []
     widths: dict[str, tuple[int, Path]] = {}
@@ -56,7 +57,7 @@ def real_episodes(bags: Sequence[str | Path]) -> list[dict[str, np.ndarray]]:
                     "proprio": episode["proprio"],
                     "action": episode["action"],
                     "command": episode["command"],
-                    "reward": np.zeros(n, np.float32),
+                    "reward": episode["reward"],
                     "value": np.zeros(n, np.float32),
                     "expert_flag": np.zeros(n, bool),
                     "episode": np.full(n, base + stretch_id(episode), np.int64),
