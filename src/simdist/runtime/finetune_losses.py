@@ -78,11 +78,8 @@ class FullFinetuneLoss:
     def __init__(self, model: WorldModel, options: FinetuneOptions) -> None:
         self.teacher = copy.deepcopy(model).eval().requires_grad_(False)
         self.target = copy.deepcopy(model.encoder).eval().requires_grad_(False)
-        self.decay, self.anchor, self.reward = (
-            options.target_ema,
-            options.anchor_weight,
-            options.reward_weight,
-        )
+        self.decay = options.target_ema
+        self.anchor, self.reward = options.anchor_weight, options.reward_weight
 
     def __call__(self, model: WorldModel, batch: WindowBatch) -> torch.Tensor:
         out = model(batch)
