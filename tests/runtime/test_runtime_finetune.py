@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -388,7 +389,9 @@ def test_finetune_command_publishes_into_a_working_copy_unless_in_place(
     assert main([*args, "--trainable", "all"]) == 2
     assert "--out NEW_FOLDER" in capsys.readouterr().err
     assert main([*args, "--trainable", "all", "--out", str(tmp_path / "full")]) == 0
-    assert "fully finetuned model" in capsys.readouterr().out and list_versions(tmp_path / "full") == [0]
+    printed = capsys.readouterr().out
+    assert "fully finetuned model" in printed and list_versions(tmp_path / "full") == [0]
+    assert re.search(r"reward is in the bags for (9\d\.\d|100\.0)% of the steps", printed), printed
     assert {
         p.name: _hash(p) for p in go2_model.rglob("*") if p.is_file() and "reports" not in p.parts
     } == before

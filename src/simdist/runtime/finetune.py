@@ -145,6 +145,12 @@ def finetune(
     if len(train) == 0 or len(select) == 0 or len(heldout) == 0:
         raise BagError(f"{Path(bags[0])}: too few steps for training and held-out windows")
     sim = _sim_sampler(options, model)
+    if options.trainable == "all":
+        rewards = np.concatenate([e["reward"] for e in episodes])
+        say(
+            f"the robot's reward is in the bags for {np.isfinite(rewards).mean():.1%} of the steps "
+            f"(the reward head trains on those; elsewhere it is anchored)"
+        )
 
     trainable = {"all": model, "dynamics": model.dynamics, "new_members": model.dynamics.extra}
     if options.trainable not in trainable:
