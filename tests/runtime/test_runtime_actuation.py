@@ -220,3 +220,64 @@ def test_the_ur5e_hardware_path_drives_the_simulator_through_its_tool_target() -
     with pytest.raises(ValueError, match="takes no tool pose"):
         go2.send_tool_pose(np.zeros(6))
     go2.stop()
+
+
+def test_an_episode_the_loop_ends_on_an_arm_keeps_its_target_where_the_arm_holds_it(
+    ur5e_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On hardware the loop cuts episodes by time; the arm was not moved, so the tool target carries on from what the
+    arm holds. Here the arm is blocked (its measured pose never moves) while the planner drives the target away:
+    restarting from the measured pose at each new episode would step the target back by the whole tracking error."""
+    from simdist.hardware.state import RobotState
+    from simdist.plan.config import load_planner_config, task_action_limits
+    from simdist.runtime.deploy import make_actuator
+    from simdist.runtime.loop import DeployLoop
+    from simdist.runtime.store import ModelStore
+
+    cfg = load_task("ur5e_peg")
+    sim = SimRobot("ur5e_peg", "sim", seed=0)
+    template, hole = sim.read(), sim.command()
+    sim.stop()
+    # the plan: 0.8 of a full step along +x every tick (8 mm), for 12 ticks (inside the workspace box)
+    monkeypatch.setattr(DeployLoop, "_action", lambda self, k: (np.array([0.8, 0.0, 0.0, 0.0]), "fresh"))
+
+    class BlockedArm:
+        control_hz, joint_names = cfg.control_hz, template.joint_names
+
+        def __init__(self) -> None:
+            self.sim_time, self.sent = 0.0, []
+
+        def read(self) -> RobotState:
+            return dataclasses.replace(template, timestamp=self.sim_time)
+
+        def send_tool_pose(self, pose: np.ndarray) -> None:
+            self.sent.append(np.asarray(pose, dtype=np.float64)[:3].copy())
+            self.sim_time += 1.0 / self.control_hz
+
+        def hold(self) -> None:
+            self.sim_time += 1.0 / self.control_hz
+
+        def stop(self) -> None:
+            pass
+
+    arm = BlockedArm()
+    store = ModelStore(ur5e_model)
+    loop = DeployLoop(
+        robot=arm,
+        robot_kind="ur5e",
+        actuator=make_actuator(arm, cfg, lambda: hole, safety=True),
+        store=store,
+        planner_config=load_planner_config("cpu", "ur5e", {**FAST_PLANNER, "horizon": store.model.horizon}),
+        limits=task_action_limits(cfg),
+        command=lambda: hole,
+        control_hz=cfg.control_hz,
+        episode_steps=3,
+    )
+    loop.open()
+    for k in range(12):
+        loop.tick(k)
+    assert loop._episode >= 3 and len(arm.sent) == 12
+    x = np.stack(arm.sent)[:, 0] - template.tool_pose[0]
+    np.testing.assert_allclose(
+        x, 0.008 * np.arange(1, 13), atol=1e-9
+    )  # 8 mm a tick, across every episode start

@@ -128,6 +128,7 @@ class DeployLoop:
         self._episode_ticks = 0
         self._last_tick: int | None = None  # the last tick index run (a jump means periods were missed)
         self._last_recorded: int | None = None  # the last tick in the bag (its action earns the next reward)
+        self._robot_restarted = False  # the last episode was ended by the robot (it reset itself)
         self._last_plan: Plan | None = None
         self._plan_tick = 0
         # the adopted plan's lead (1: planned ahead, its step 1 is for the tick after its own)
@@ -305,7 +306,10 @@ class DeployLoop:
         self._last_plan = None
         self._prev_action = None
         self._needs_reset = True
-        if hasattr(self.actuator, "reset"):
+        # The actuator starts again from the measured state only where the robot itself started again (a simulated
+        # robot's reset moves it); an episode the loop ends on a real robot is bookkeeping, and the arm's target
+        # carries on from what it holds (from the measured pose instead it would jump by the tracking error).
+        if hasattr(self.actuator, "reset") and (self._robot_restarted or self._episode == 0):
             self.actuator.reset(state)
         if self.bag is not None:
             self.bag.start_episode(
@@ -341,6 +345,7 @@ class DeployLoop:
             ended = self.robot.take_episode_end() if hasattr(self.robot, "take_episode_end") else None
             if ended is not None or (self.episode_steps and self._episode_ticks >= self.episode_steps):
                 self._end_episode(stamp, ended)
+                self._robot_restarted = ended is not None
             state = self.robot.read()
             obs = self.ingest(state, now)
             if not self._episode_open:
