@@ -419,6 +419,8 @@ def test_deploy_drives_the_emulated_ur5e_over_rtde_and_logs_every_tick(running: 
     assert summary["commands"]["stopScript"] == 1 and not summary["script_running"]
     assert summary["rtde_dropped"] == 0 and summary["late_steps"] <= summary["steps"] // 20
     assert summary["protective_stops"] == 0  # without the press guard the shipped model pressed past 200 N
+    # every servo target inside the arm's limits, the episode the loop starts at 8 s (after the insertion) included
+    assert summary["unsafe_commands"] == 0, summary["unsafe_reasons"]
     (bag,) = sorted((tmp_path / "bags").glob("run_*"))
     proprio = np.concatenate([e["proprio"] for e in read_episodes(bag)])
     assert len(proprio) == ticks and np.isfinite(proprio).all()  # every tick in the bag
