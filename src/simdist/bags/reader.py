@@ -138,9 +138,9 @@ def read_episodes(bag_path: Path | str) -> list[dict[str, np.ndarray]]:
 
         Keys: `proprio` (N, O) float32 from /simdist/observation, `action` (N, A), `command` (N, C) (the latest command
         at each step), `reward` (N,) float32 (the reward each step's action earned, from /simdist/reward at the next
-        tick; NaN where the bag has none: a robot that reports no reward, the last tick of a run, a gap), `step` (N,) int64 from 0, `timestamp_ns` (N,) int64, `model_version` (N,) str (the model that
-        chose each action), `success` (N,) bool (the episode's outcome, repeated so every key slices alike) and
-        `episode_index` (N,) int64, the episode's number within this run (not unique across runs, hence not
+        tick; NaN where the bag has none: a robot that reports no reward, the last tick of a run, a gap), `step`
+        (N,) int64 from 0, `timestamp_ns` (N,) int64, `model_version` (N,) str (the model that chose each action),
+        `success` (N,) bool (the episode's outcome, repeated so every key slices alike) and `episode_index` (N,) int64, the episode's number within this run (not unique across runs, hence not
         `episode`). Episodes without steps are dropped; an episode that never ended counts as unsuccessful.
 
     A `ticks_gap` event (ticks the controller missed or the recorder lost) splits an episode: the dicts on either
