@@ -136,12 +136,13 @@ def _vectors(path: Path, topic: str, messages: list[tuple[int, Any]]) -> tuple[n
 def read_episodes(bag_path: Path | str) -> list[dict[str, np.ndarray]]:
     """One dict of per-step arrays per episode of a run (per gap-free stretch of one), in recorded order.
 
-        Keys: `proprio` (N, O) float32 from /simdist/observation, `action` (N, A), `command` (N, C) (the latest command
-        at each step), `reward` (N,) float32 (the reward each step's action earned, from /simdist/reward at the next
-        tick; NaN where the bag has none: a robot that reports no reward, the last tick of a run, a gap), `step`
-        (N,) int64 from 0, `timestamp_ns` (N,) int64, `model_version` (N,) str (the model that chose each action),
-        `success` (N,) bool (the episode's outcome, repeated so every key slices alike) and `episode_index` (N,) int64, the episode's number within this run (not unique across runs, hence not
-        `episode`). Episodes without steps are dropped; an episode that never ended counts as unsuccessful.
+        Keys: `proprio` (N, O) float32 from /simdist/observation, `action` (N, A), `command` (N, C) (the latest
+        command at each step), `reward` (N,) float32 (the reward each step's action earned, from /simdist/reward at
+        the next tick; NaN where the bag has none: a robot that reports no reward, the last tick of a run, a gap),
+        `step` (N,) int64 from 0, `timestamp_ns` (N,) int64, `model_version` (N,) str (the model that chose each
+        action), `success` (N,) bool (the episode's outcome, repeated so every key slices alike) and `episode_index`
+        (N,) int64, the episode's number within this run (not unique across runs, hence not `episode`). Episodes
+        without steps are dropped; an episode that never ended counts as unsuccessful.
 
     A `ticks_gap` event (ticks the controller missed or the recorder lost) splits an episode: the dicts on either
     side share `episode_index`, differ in `segment` (N,) int64, and `step` counts the lost ticks (it is the tick's
