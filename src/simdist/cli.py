@@ -95,14 +95,17 @@ def add_overrides_argument(parser: argparse.ArgumentParser, help: str = "overrid
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from simdist.hardware.robot import leave_past_stuck_drivers
+
     try:
-        return int(args._run(args) or 0)
+        code = int(args._run(args) or 0)
     except SimdistError as exc:
         sys.stderr.write(f"simdist: error: {exc}\n")
-        return exc.exit_code
+        code = exc.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("simdist: interrupted\n")
-        return 130
+        code = 130
+    return leave_past_stuck_drivers(code)
 
 
 if __name__ == "__main__":

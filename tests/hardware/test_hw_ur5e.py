@@ -285,3 +285,24 @@ def test_the_first_servo_command_sets_the_arms_rtde_watchdog(monkeypatch: pytest
     robot.send_tool_pose(np.array([0.4, 0.1, 0.1, np.pi, 0.0, 0.0]))
     robot.send_tool_pose(np.array([0.4, 0.1, 0.1, np.pi, 0.0, 0.0]))
     assert calls == [hardware.WATCHDOG_HZ]
+
+
+def test_a_process_whose_driver_thread_is_stuck_leaves_with_its_own_exit_code() -> None:
+    """A ur_rtde disconnect blocked on a vanished arm must not turn a clean end of run into an abort at teardown:
+    with such a thread alive the process leaves at once with the code it meant; without one the code is returned."""
+    import subprocess
+    import sys
+
+    from simdist.hardware.robot import leave_past_stuck_drivers
+
+    assert leave_past_stuck_drivers(0) == 0 and leave_past_stuck_drivers(3) == 3
+    code = (
+        "import threading, time\n"
+        "from simdist.hardware.robot import leave_past_stuck_drivers\n"
+        "threading.Thread(target=time.sleep, args=(60,), name='ur5e-disconnect', daemon=True).start()\n"
+        "print('report', flush=True)\n"
+        "leave_past_stuck_drivers(3)\n"
+        "raise SystemExit('not reached')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 3 and done.stdout == "report\n" and "not reached" not in done.stderr

@@ -536,4 +536,6 @@ def summary(result: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(child(sys.argv[1:]))
+    from simdist.hardware.robot import leave_past_stuck_drivers
+
+    sys.exit(leave_past_stuck_drivers(child(sys.argv[1:])))

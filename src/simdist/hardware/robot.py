@@ -26,3 +26,25 @@ class Robot(Protocol):
     def hold(self) -> None: ...
 
     def stop(self) -> None: ...
+
+
+# Threads a driver leaves blocked in native code when its link is gone (ur_rtde's disconnect, which reconnects
+# forever): `simdist.robots.ur5e.hardware.UR5eRobot.stop` names its thread so.
+STUCK_DRIVER_THREADS = ("ur5e-disconnect",)
+
+
+def leave_past_stuck_drivers(code: int) -> int:
+    """Return `code`, or, where a driver thread is still blocked in native code, flush and end the process with it at
+    once (`os._exit`). The interpreter's teardown would destroy that driver's objects under its blocked thread, and
+    the process would then abort (SIGABRT) after a run that had ended, and stopped the robot, correctly."""
+    import logging
+    import os
+    import sys
+    import threading
+
+    if not any(t.is_alive() and t.name in STUCK_DRIVER_THREADS for t in threading.enumerate()):
+        return code
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
