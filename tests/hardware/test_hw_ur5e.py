@@ -298,8 +298,8 @@ def test_a_process_whose_driver_thread_is_stuck_leaves_with_its_own_exit_code() 
     assert leave_past_stuck_drivers(0) == 0 and leave_past_stuck_drivers(3) == 3
     code = (
         "import threading, time\n"
-        "from simdist.hardware.robot import leave_past_stuck_drivers\n"
-        "threading.Thread(target=time.sleep, args=(60,), name='ur5e-disconnect', daemon=True).start()\n"
+        "from simdist.hardware.robot import DISCONNECT_THREAD, leave_past_stuck_drivers\n"
+        "threading.Thread(target=time.sleep, args=(60,), name=DISCONNECT_THREAD, daemon=True).start()\n"
         "print('report', flush=True)\n"
         "leave_past_stuck_drivers(3)\n"
         "raise SystemExit('not reached')\n"

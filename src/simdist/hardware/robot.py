@@ -28,9 +28,9 @@ class Robot(Protocol):
     def stop(self) -> None: ...
 
 
-# Threads a driver leaves blocked in native code when its link is gone (ur_rtde's disconnect, which reconnects
-# forever): `simdist.robots.ur5e.hardware.UR5eRobot.stop` names its thread so.
-STUCK_DRIVER_THREADS = ("ur5e-disconnect",)
+# The name of a thread in which a driver disconnects, because the call may block in native code for good when the
+# link is gone (ur_rtde's disconnect reconnects forever: `simdist.robots.ur5e.hardware.UR5eRobot.stop`).
+DISCONNECT_THREAD = "robot-disconnect"
 
 
 def leave_past_stuck_drivers(code: int) -> int:
@@ -42,7 +42,7 @@ def leave_past_stuck_drivers(code: int) -> int:
     import sys
     import threading
 
-    if not any(t.is_alive() and t.name in STUCK_DRIVER_THREADS for t in threading.enumerate()):
+    if not any(t.is_alive() and t.name == DISCONNECT_THREAD for t in threading.enumerate()):
         return code
     logging.shutdown()
     sys.stdout.flush()

@@ -128,7 +128,10 @@ class DeployLoop:
         self._episode_ticks = 0
         self._last_tick: int | None = None  # the last tick index run (a jump means periods were missed)
         self._last_recorded: int | None = None  # the last tick in the bag (its action earns the next reward)
-        self._robot_restarted = False  # the last episode was ended by the robot (it reset itself)
+        # a bag with a reward topic (a robot that reports rewards; the ROS stack's tick publisher carries none)
+        self._records_reward = schema.REWARD in getattr(bag, "topics", ())
+        # the robot starts from where it is measured: at the run's start, and after an episode it ended itself
+        self._robot_restarted = True
         self._last_plan: Plan | None = None
         self._plan_tick = 0
         # the adopted plan's lead (1: planned ahead, its step 1 is for the tick after its own)
@@ -309,7 +312,7 @@ class DeployLoop:
         # The actuator starts again from the measured state only where the robot itself started again (a simulated
         # robot's reset moves it); an episode the loop ends on a real robot is bookkeeping, and the arm's target
         # carries on from what it holds (from the measured pose instead it would jump by the tracking error).
-        if hasattr(self.actuator, "reset") and (self._robot_restarted or self._episode == 0):
+        if hasattr(self.actuator, "reset") and self._robot_restarted:
             self.actuator.reset(state)
         if self.bag is not None:
             self.bag.start_episode(
@@ -393,11 +396,10 @@ class DeployLoop:
             self._prev_action = action
             self._count(kind)
             if self.bag is not None:
-                # a bag with a reward topic (a robot that reports rewards) gets the reward of the previous tick's
-                # action when that tick is in the bag (the ROS stack's tick publisher carries none)
-                follows = self._last_recorded == k - 1
-                rewarded = schema.REWARD in getattr(self.bag, "topics", ())
-                reward = {"reward": getattr(state, "reward", None) if follows else None} if rewarded else {}
+                reward = {}  # the reward of the previous tick's action, when that tick is in the bag
+                if self._records_reward:
+                    follows = self._last_recorded == k - 1
+                    reward["reward"] = getattr(state, "reward", None) if follows else None
                 self.bag.append(
                     observation=obs.vector,
                     action=action,

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from simdist.errors import RobotConnectionError
+from simdist.hardware.robot import DISCONNECT_THREAD
 from simdist.hardware.state import JointCommand, RobotState
 from simdist.robots.ur5e import JOINT_NAMES
 
@@ -282,7 +283,7 @@ class UR5eRobot:
                     self._control.stopScript()
                 # in a thread of its own (ur_rtde releases the GIL): without the stream it never returns
                 closing = threading.Thread(
-                    target=self._control.disconnect, daemon=True, name="ur5e-disconnect"
+                    target=self._control.disconnect, daemon=True, name=DISCONNECT_THREAD
                 )
                 closing.start()
                 closing.join(DISCONNECT_WAIT_S)
