@@ -10,7 +10,7 @@ from fast_planner import FAST_PLANNER
 
 from simdist.cli import main
 from simdist.model.checkpoint import current_version
-from simdist.runtime.adapt import adapt
+from simdist.runtime.adapt import RoundResult, _table, adapt, count_falls
 from simdist.runtime.finetune_options import FinetuneOptions
 
 
@@ -33,8 +33,34 @@ def test_one_tiny_round_lowers_the_heldout_latent_error(go2_model: Path, tmp_pat
     assert report["mean_after"] < report["mean_before"]  # held-out latent error went down
     assert rows[1].version == "v0001" and rows[1].published and rows[1].latent_error == report["mean_after"]
     assert rows[1].minutes == pytest.approx(0.1, rel=0.05)
+    assert all(isinstance(r.falls, int) and 0 <= r.falls <= 3 for r in rows)  # 3 speeds x 1 episode
     assert (tmp_path / "adapt" / "adapt.png").stat().st_size > 0
     assert current_version(go2_model) == 0  # the starting checkpoint is never modified
+
+
+def test_the_rounds_table_counts_falls_where_the_robot_can_fall() -> None:
+    from rich.console import Console
+
+    go2 = [{"metrics": {"progress_m": 1.0, "fell": f}} for f in (True, 0.0, 1.0, False)]
+    assert count_falls(go2) == 2
+    assert count_falls([{"metrics": {"success": 1.0}}]) is None  # the arm reports no falls
+
+    def render(rows: list[RoundResult]) -> str:
+        console = Console(width=200, record=True)
+        console.print(_table(rows, "t"))
+        return console.export_text()
+
+    walked = render(
+        [
+            RoundResult(0, 0.0, "progress_m", 1.8, None, "v0000", None, 4),
+            RoundResult(1, 5.0, "progress_m", 1.6, 0.0005, "v0001", True, 0),
+        ]
+    )
+    assert "falls" in walked
+    lines = [line for line in walked.splitlines() if line.strip().startswith("│") and "v000" in line]
+    assert [line.split("│")[4].strip() for line in lines] == ["4", "0"]
+    inserted = render([RoundResult(0, 0.0, "success", 0.5, None, "v0000", None, None)])
+    assert "falls" not in inserted
 
 
 def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

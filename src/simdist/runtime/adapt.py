@@ -38,6 +38,13 @@ class RoundResult:
     latent_error: float | None  # held-out latent MSE after this round's finetuning
     version: str
     published: bool | None
+    falls: int | None = None  # evaluation episodes that ended in a fall (None: the task's robot cannot fall)
+
+
+def count_falls(episodes: list[dict[str, Any]]) -> int | None:
+    """Episodes that ended in a fall, or None where no episode reports whether it fell (the arm)."""
+    fell = [e["metrics"]["fell"] for e in episodes if "fell" in e["metrics"]]
+    return int(sum(bool(f) for f in fell)) if fell else None
 
 
 def evaluate_on_robot(
@@ -92,18 +99,18 @@ def _table(rows: list[RoundResult], title: str) -> Any:
     from rich.table import Table
 
     table = Table(title=title)
-    for name in (
-        "round",
-        "minutes of data",
-        rows[0].metric if rows else "performance",
-        "held-out latent error",
-        "dynamics",
-    ):
+    falls = any(r.falls is not None for r in rows)
+    names = ["round", "minutes of data", rows[0].metric if rows else "performance", "falls"]
+    names = [*names[: 4 if falls else 3], "held-out latent error", "dynamics"]
+    for name in names:
         table.add_column(name, justify="right")
     for r in rows:
         latent = "-" if r.latent_error is None else f"{r.latent_error:.4f}"
         version = r.version + ("" if r.published in (None, True) else " (refused)")
-        table.add_row(str(r.round), f"{r.minutes:.1f}", f"{r.performance:.3f}", latent, version)
+        cells = [str(r.round), f"{r.minutes:.1f}", f"{r.performance:.3f}"]
+        if falls:
+            cells.append("-" if r.falls is None else str(r.falls))
+        table.add_row(*cells, latent, version)
     return table
 
 
@@ -157,8 +164,8 @@ def adapt(
     evaluate = dict(
         overrides=overrides, planner=planner, planner_overrides=planner_overrides, episodes=eval_episodes
     )
-    metric, value, _ = evaluate_on_robot(cfg, profile, store, **evaluate)  # type: ignore[arg-type]
-    rows = [RoundResult(0, 0.0, metric, value, None, store.label, None)]
+    metric, value, ended = evaluate_on_robot(cfg, profile, store, **evaluate)  # type: ignore[arg-type]
+    rows = [RoundResult(0, 0.0, metric, value, None, store.label, None, count_falls(ended))]
     if print_table is not None:  # the starting point at once: a round takes minutes
         print_table(_table(rows, title))
     bags: list[Path] = []
@@ -178,7 +185,7 @@ def adapt(
         bags.append(result.bag)
         report = FinetuneWorker(work, bags, options).start().wait()
         store.reload_now()  # between runs: pick up the published version (if the gate let one through)
-        metric, value, _ = evaluate_on_robot(cfg, profile, store, **evaluate)  # type: ignore[arg-type]
+        metric, value, ended = evaluate_on_robot(cfg, profile, store, **evaluate)  # type: ignore[arg-type]
         rows.append(
             RoundResult(
                 r,
@@ -188,6 +195,7 @@ def adapt(
                 report["mean_after"],
                 store.label,
                 report["published"],
+                count_falls(ended),
             )
         )
         if print_table is not None:
