@@ -58,7 +58,7 @@ def go2_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_an_audited_run_is_the_unaudited_run_and_the_policy_chunk_is_a_candidate(go2_model: Path) -> None:
-    settings = [grid.parse_setting("small:num_samples=4,num_policy_samples=2,elites=2")]
+    settings = [grid.parse_setting("small:num_samples=4,num_policy_samples=4,elites=2")]
     # 20-tick episodes that never end in a fall (a random model's robot would fall at a different tick each time)
     no_falls = {"termination.max_tilt_deg": 180.0, "termination.min_base_height": -1.0}
     no_falls["termination.contact_force_n"] = 1e9
