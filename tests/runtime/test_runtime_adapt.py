@@ -32,6 +32,7 @@ def test_one_tiny_round_lowers_the_heldout_latent_error(go2_model: Path, tmp_pat
     report = json.loads((tmp_path / "adapt" / "model" / "reports" / "finetune_v0001.json").read_text())
     assert report["mean_after"] < report["mean_before"]  # held-out latent error went down
     assert rows[1].version == "v0001" and rows[1].published and rows[1].latent_error == report["mean_after"]
+    assert rows[1].latent_before == report["mean_before"] and rows[1].steps == report["steps"] == 100
     assert rows[1].minutes == pytest.approx(0.1, rel=0.05)
     assert all(isinstance(r.falls, int) and 0 <= r.falls <= 3 for r in rows)  # 3 speeds x 1 episode
     assert (tmp_path / "adapt" / "adapt.png").stat().st_size > 0
@@ -53,10 +54,10 @@ def test_the_rounds_table_counts_falls_where_the_robot_can_fall() -> None:
     walked = render(
         [
             RoundResult(0, 0.0, "progress_m", 1.8, None, "v0000", None, 4),
-            RoundResult(1, 5.0, "progress_m", 1.6, 0.0005, "v0001", True, 0),
+            RoundResult(1, 5.0, "progress_m", 1.6, 0.0005, "v0001", True, 0, 0.0065, 4200),
         ]
     )
-    assert "falls" in walked
+    assert "falls" in walked and "0.0065 -> 0.0005 (4200 steps)" in walked
     lines = [line for line in walked.splitlines() if line.strip().startswith("│") and "v000" in line]
     assert [line.split("│")[4].strip() for line in lines] == ["4", "0"]
     inserted = render([RoundResult(0, 0.0, "success", 0.5, None, "v0000", None, None)])

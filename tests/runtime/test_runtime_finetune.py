@@ -60,6 +60,7 @@ def test_only_dynamics_change_and_a_fresh_run_is_predicted_better(go2_model: Pat
     frozen_files = {name: _hash(go2_model / name) for name in ("weights.safetensors", "world_model.yaml")}
     report = finetune(go2_model, bags, QUICK)
     assert report.published and report.version == 1 and current_version(go2_model) == 1
+    assert report.steps == 120 and report.stopped_by == "steps"
     from simdist.runtime.finetune import heldout_latent_error
 
     episodes = InMemoryEpisodes(real_episodes([fresh]))
@@ -98,6 +99,18 @@ def test_the_gate_refuses_a_version_that_is_not_better(go2_model: Path, tmp_path
     # A genuinely better version that misses a required improvement is refused too.
     picky = finetune(go2_model, bags, FinetuneOptions(**{**QUICK.__dict__, "min_improvement": 0.999}))
     assert not picky.published and picky.after < picky.before and list_versions(go2_model) == [0]
+
+
+def test_a_spent_budget_still_trains_to_the_first_evaluation(go2_model: Path, tmp_path: Path) -> None:
+    """The budget counts the optimiser's time and is checked at evaluations: on a machine so loaded that reading
+    the bags alone outlasts it (a `make run` once trained 1 step in a 4-minute round), a round still trains."""
+    bags = _bags(go2_model, tmp_path / "bags")
+    spent = FinetuneOptions(**{**QUICK.__dict__, "max_minutes": 1e-9})
+    report = finetune(go2_model, bags, spent)
+    assert report.steps == QUICK.eval_every and report.stopped_by == "budget"
+    assert 0.0 < report.train_seconds <= report.seconds
+    unlimited = finetune(go2_model, bags, FinetuneOptions(**{**QUICK.__dict__, "max_minutes": None}))
+    assert unlimited.steps == 120 and unlimited.stopped_by == "steps"
 
 
 def _truncated(bag: Path, dest: Path) -> Path:

@@ -39,6 +39,8 @@ class RoundResult:
     version: str
     published: bool | None
     falls: int | None = None  # evaluation episodes that ended in a fall (None: the task's robot cannot fall)
+    latent_before: float | None = None  # the same held-out error of the dynamics this round started from
+    steps: int | None = None  # optimiser steps this round's finetuning took
 
 
 def count_falls(episodes: list[dict[str, Any]]) -> int | None:
@@ -106,6 +108,8 @@ def _table(rows: list[RoundResult], title: str) -> Any:
         table.add_column(name, justify="right")
     for r in rows:
         latent = "-" if r.latent_error is None else f"{r.latent_error:.4f}"
+        if r.latent_before is not None and r.latent_error is not None:
+            latent = f"{r.latent_before:.4f} -> {latent} ({r.steps} steps)"
         version = r.version + ("" if r.published in (None, True) else " (refused)")
         cells = [str(r.round), f"{r.minutes:.1f}", f"{r.performance:.3f}"]
         if falls:
@@ -196,6 +200,8 @@ def adapt(
                 store.label,
                 report["published"],
                 count_falls(ended),
+                report["mean_before"],
+                report["steps"],
             )
         )
         if print_table is not None:

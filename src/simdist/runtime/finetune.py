@@ -70,6 +70,8 @@ class FinetuneReport:
     heldout_episodes: int  # the gate's episodes (latent_before/after), apart from the selection's
     minutes_of_data: float
     selection_episodes: int = 0  # the episodes that chose the best step
+    stopped_by: str = ""  # what ended training: "steps" (all planned), "patience" or "budget" (max_minutes)
+    train_seconds: float = 0.0  # the optimiser's time, which the budget counts (not reading bags or the gate)
     report_json: str = ""
     report_png: str = ""
 
@@ -187,7 +189,10 @@ def finetune(
     rng = np.random.default_rng(options.seed)
     bootstrap = torch.Generator().manual_seed(options.seed)
     full_loss = FullFinetuneLoss(model, options) if full else None
-    step = 0
+    step, stopped_by = 0, "steps"
+    # The budget counts the optimiser's time only, and is checked at each evaluation: a round trains at least
+    # `eval_every` steps however long reading the bags took or however loaded the machine is.
+    train_start = time.perf_counter()
     while step < total:
         lr = learning_rate(step, peak=options.lr, final=options.lr, warmup=warmup, total=total)
         for group in optimizer.param_groups:
@@ -208,10 +213,11 @@ def finetune(
         if full_loss is not None:
             full_loss.update_target(model)
         step += 1
-        out_of_time = (
-            options.max_minutes is not None and time.perf_counter() - start_time > options.max_minutes * 60
-        )
-        if step % options.eval_every == 0 or step == total or out_of_time:
+        if step % options.eval_every == 0 or step == total:
+            out_of_time = (
+                options.max_minutes is not None
+                and time.perf_counter() - train_start > options.max_minutes * 60
+            )
             model.eval()
             current = float(heldout_latent_error(model, select, limit=limit).mean())
             if current < best:
@@ -221,8 +227,10 @@ def finetune(
             say(
                 f"step {step}/{total}: train {float(loss.detach()):.5f}, selection {current:.5f} (best {best:.5f})"
             )
-            if since >= options.patience or out_of_time:
+            if since >= options.patience or (out_of_time and step < total):
+                stopped_by = "patience" if since >= options.patience else "budget"
                 break
+    train_seconds = time.perf_counter() - train_start
     trained.load_state_dict(best_state)
     model.eval()
     after = heldout_latent_error(model, heldout, limit=limit)
@@ -274,6 +282,8 @@ def finetune(
         heldout_episodes=len(decide_idx),
         selection_episodes=len(select_idx),
         minutes_of_data=minutes_of_data(episodes),
+        stopped_by=stopped_by,
+        train_seconds=train_seconds,
     )
     write_report(report, folder / REPORTS_DIR)
     say(reason)

@@ -31,7 +31,10 @@ class FinetuneOptions:
     max_steps: int | None = _option(None, "optimiser steps at most (default: as many as --max-epochs allows)")
     # Wall-clock budget. The paper's 100 epochs of 15 minutes of data take ~75 min on a 2-core CPU; held-out latent
     # error has done most of its fall after ~6000 steps (~3.5 min at one thread), so a round is capped at 4 minutes.
-    max_minutes: float | None = _option(4.0, "wall-clock training budget in minutes (0: none)")
+    # It counts the optimiser's time only and is checked at each evaluation (at least `eval_every` steps train).
+    max_minutes: float | None = _option(
+        4.0, "wall-clock training budget in minutes, checked at each held-out evaluation (0: none)"
+    )
     val_fraction: float = _option(0.05, "share of the real episodes held out (early stopping and the gate)")
     eval_every: int = _option(250, "steps between held-out evaluations (early stopping)")
     eval_windows: int = 2048
