@@ -102,14 +102,14 @@ def _table(rows: list[RoundResult], title: str) -> Any:
 
     table = Table(title=title)
     falls = any(r.falls is not None for r in rows)
-    names = ["round", "minutes of data", rows[0].metric if rows else "performance", "falls"]
+    names = ["round", "data (min)", rows[0].metric if rows else "performance", "falls"]
     names = [*names[: 4 if falls else 3], "held-out latent error", "dynamics"]
     for name in names:
         table.add_column(name, justify="right")
     for r in rows:
         latent = "-" if r.latent_error is None else f"{r.latent_error:.4f}"
         if r.latent_before is not None and r.latent_error is not None:
-            latent = f"{r.latent_before:.4f} -> {latent} ({r.steps} steps)"
+            latent = f"{r.latent_before:.4f} -> {latent}"
         version = r.version + ("" if r.published in (None, True) else " (refused)")
         cells = [str(r.round), f"{r.minutes:.1f}", f"{r.performance:.3f}"]
         if falls:
