@@ -68,3 +68,24 @@ def test_history_inputs_equal_window_history_with_start_padding() -> None:
         history.record(episode["action"][t])
     with pytest.raises(RuntimeError):
         history.record(episode["action"][0])  # one action per observation
+
+
+@pytest.mark.parametrize("task", ["go2_foam", "ur5e_peg"])
+def test_each_ended_episode_reports_the_task_reward_summed_over_its_steps(task: str) -> None:
+    robot = SimRobot(task, "sim", seed=2, overrides={"episode_seconds": 0.3})
+    rng = np.random.default_rng(1)
+    sums, running = [], 0.0
+    try:
+        for _ in range(3 * robot.cfg.episode_steps + 2):
+            robot.send_action(rng.normal(0.0, 0.5, robot.action_dim))
+            reward = robot.read().reward  # the latest step's reward, which the bag records
+            assert reward is not None and np.isfinite(reward)
+            running += reward
+            if (ended := robot.take_episode_end()) is not None:
+                sums.append((running, ended["return"]))
+                running = 0.0
+    finally:
+        robot.stop()
+    assert len(sums) >= 3
+    for expected, reported in sums:
+        assert reported == pytest.approx(expected, rel=1e-9, abs=1e-12)

@@ -51,6 +51,12 @@ def episode_stats(ended: list[dict[str, Any]], metric_key: str) -> dict[str, Any
         "falls": int(sum(float(e["metrics"].get("fell", 0.0)) for e in ended)),
         "episodes": len(per),
         "per_episode": per,
+        # the task reward summed over each episode (a simulated robot's), where the episodes carry it
+        **(
+            {"per_episode_return": [float(e["return"]) for e in ended]}
+            if all("return" in e for e in ended)
+            else {}
+        ),
     }
 
 

@@ -78,6 +78,9 @@ class SimRobot:
         self._closed = False
         self._damped = False
         self._reward: float | None = None  # the latest step's task reward (None before the first step)
+        self._return = (
+            0.0  # the running episode's task reward so far (each ended episode reports its "return")
+        )
 
     # -- clock and episodes ---------------------------------------------------------------------------------
     @property
@@ -118,6 +121,7 @@ class SimRobot:
         obs, reward, terminated, truncated, info = self.env.step(action[None])
         self._steps += 1
         self._reward = float(reward[0])
+        self._return += self._reward
         if info["done"][0]:
             metrics = {k: v[0].item() for k, v in info["final_metrics"].items()}
             self._ended.append(
@@ -127,8 +131,10 @@ class SimRobot:
                     "seconds": float(info["step"][0]) / self.control_hz,
                     "terminated": bool(terminated[0]),
                     "truncated": bool(truncated[0]),
+                    "return": self._return,  # what the planner is told to maximise, beside the task's metric
                 }
             )
+            self._return = 0.0
             self._episodes += 1
             self._apply_command()
             if self._damped:  # the reset restored the profile's gains; a damped robot stays damped
