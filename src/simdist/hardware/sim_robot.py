@@ -78,9 +78,8 @@ class SimRobot:
         self._closed = False
         self._damped = False
         self._reward: float | None = None  # the latest step's task reward (None before the first step)
-        self._return = (
-            0.0  # the running episode's task reward so far (each ended episode reports its "return")
-        )
+        # the running episode's task reward so far (each ended episode reports it as its "return")
+        self._return = 0.0
 
     # -- clock and episodes ---------------------------------------------------------------------------------
     @property

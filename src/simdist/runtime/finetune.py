@@ -71,7 +71,7 @@ class FinetuneReport:
     minutes_of_data: float
     selection_episodes: int = 0  # the episodes that chose the best step
     stopped_by: str = ""  # what ended training: "steps" (all planned), "patience" or "budget" (max_minutes)
-    train_seconds: float = 0.0  # the optimiser's time, which the budget counts (not reading bags or the gate)
+    train_seconds: float = 0.0  # the training loop's time: what the budget counts
     report_json: str = ""
     report_png: str = ""
 
