@@ -44,11 +44,13 @@ from simdist.sim.config import TaskConfig, load_task
 
 def episode_stats(ended: list[dict[str, Any]], metric_key: str) -> dict[str, Any]:
     """Mean, standard error, falls and per-episode values of evaluated episodes (the protocol's metric key)."""
+    from simdist.runtime.adapt import count_falls
+
     per = [float(e["metrics"][metric_key]) for e in ended]
     return {
         "value": float(np.mean(per)) if per else float("nan"),
         "stderr": float(np.std(per, ddof=1) / np.sqrt(len(per))) if len(per) > 1 else 0.0,
-        "falls": int(sum(float(e["metrics"].get("fell", 0.0)) for e in ended)),
+        "falls": count_falls(ended) or 0,
         "episodes": len(per),
         "per_episode": per,
         # the task reward summed over each episode (a simulated robot's), where the episodes carry it
