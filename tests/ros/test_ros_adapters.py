@@ -206,9 +206,13 @@ def test_bridge_watchdog_holds_then_stops_safely_when_commands_stop(dampable: bo
     assert bridge.check_watchdog() == "safe_stop"
     assert calls[-1] == ("damp" if dampable else "hold")
     events = [conversions.event_from_msg(m) for t, m in published if t == conversions.ROBOT_EVENTS]
-    assert [(e["event"], e["stage"]) for e in events] == [("watchdog", "hold")] * 2 + [
-        ("watchdog", "safe_stop")
+    assert [(e["event"], e["stage"]) for e in events] == [
+        ("watchdog", "hold"),
+        ("watchdog", "resume"),
+        ("watchdog", "hold"),
+        ("watchdog", "safe_stop"),
     ]
+    assert events[1]["age_s"] == pytest.approx(0.5)  # the outage the resume ended
     assert events[-1]["age_s"] == pytest.approx(1.1)
     before = len(calls)
     bridge.on_command(action)  # the safe stop is final for this node

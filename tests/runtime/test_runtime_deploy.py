@@ -357,12 +357,17 @@ def test_a_corrupt_state_holds_that_tick_and_a_lasting_one_ends_in_a_safe_stop(
         "sim:sim",
         go2_model,
         ticks=20,
+        bag_dir=tmp_path / "once",
         planner_overrides=FAST_PLANNER,
         robot=Corrupt(lambda k: k == 6),
         safe_stop_after_s=0.2,
     )
     assert once.stats.stale == 1 and once.stats.held == 1 and once.stats.fresh == 19
     assert once.stats.safe_stops == 0 and once.stats.ticks == 20
+    # the bag says when the hold began and when plans came back (0.04 s after the last planned tick, tick 5)
+    events = [json.loads(m.data) for _, m in read_topics(once.bag, [schema.EVENTS])[schema.EVENTS]]
+    steps = [(e["stage"], e["age_s"]) for e in events if e["event"] == schema.WATCHDOG]
+    assert steps == [("hold", 0.02), ("resume", 0.04)]
     assert fallbacks == [None] * 19  # every plan after the bad reading scored its samples (no NaN context)
     lasting = run_deploy(
         "go2_slope",

@@ -63,7 +63,8 @@ MODEL_VERSION = "model_version"
 # `reason` "missed": the controller skipped control periods (late); "lost": the recorder never got them.
 # The reader never joins the steps on either side of a gap into one stretch (`segment` changes).
 TICKS_GAP = "ticks_gap"
-# The robot side's watchdog acted (no fresh command): `stage` "hold" or "safe_stop", `age_s` since the last one.
+# The robot side's watchdog acted (no fresh command): `stage` "hold" or "safe_stop", `age_s` since the last one;
+# or commands came back during a hold: `stage` "resume", `age_s` the outage's length.
 WATCHDOG = "watchdog"
 
 

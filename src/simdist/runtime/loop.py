@@ -44,7 +44,7 @@ from simdist.runtime.realtime import (
     thread_state,
 )
 from simdist.runtime.store import ModelStore
-from simdist.runtime.watchdog import HOLD, SAFE_STOP, Watchdog
+from simdist.runtime.watchdog import HOLD, RESUME, SAFE_STOP, Watchdog
 
 log = logging.getLogger(__name__)
 # real time: how long the safe stop is repeated until the robot is heard from after it
@@ -434,7 +434,10 @@ class DeployLoop:
         run then ends). Armed by the first tick that was not a hold, so a slow first plan never stops a robot that
         has not moved yet. On hardware (a `safe_stop_after_s`) each step is a `watchdog` event in the bag."""
         if not held:
-            self.watchdog.good(now)
+            outage = self.watchdog.age(now)
+            if self.watchdog.good(now) and self.safe_stop_after_s is not None:
+                log.warning("deploy: plans are back after %.2f s; resuming", outage)
+                self._record_watchdog(stamp_ns, RESUME, outage)
             return
         stage = self.watchdog.check(now)
         if stage is None or self.safe_stop_after_s is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 HOLD = "hold"
 SAFE_STOP = "safe_stop"
+RESUME = "resume"  # not a stage: good commands came back during a hold (the callers record it beside the stages)
 
 
 class Watchdog:

@@ -18,7 +18,7 @@ import numpy as np
 
 from simdist.bags import schema
 from simdist.runtime.actuation import Actuator, safe_stop
-from simdist.runtime.watchdog import HOLD, SAFE_STOP, Watchdog
+from simdist.runtime.watchdog import HOLD, RESUME, SAFE_STOP, Watchdog
 from simdist_nodes import conversions
 from simdist_nodes.planner_io import Publish
 
@@ -73,8 +73,11 @@ class RobotBridge:
             if self.refused == 1:
                 log.error("robot bridge: a command came after the safe stop; ignored until the node restarts")
             return
-        if self.watchdog.good(self._clock()):
-            log.warning("robot bridge: commands are back; resuming")
+        now = self._clock()
+        outage = self.watchdog.age(now)
+        if self.watchdog.good(now):
+            log.warning("robot bridge: commands are back after %.2f s; resuming", outage)
+            self._publish_watchdog(RESUME, outage)
         try:
             if action.size == 0:
                 self.hold_requests += 1
@@ -122,13 +125,17 @@ class RobotBridge:
         age = self.watchdog.age(now)
         what = "holding" if stage == HOLD else "safe stop (damping on a Go2, servoStop on a UR5e)"
         log.warning("robot bridge: no command for %.2f s; %s", age, what)
+        self._publish_watchdog(stage, age)
+        return self.stage
+
+    def _publish_watchdog(self, stage: str, age: float) -> None:
+        """A `watchdog` event (hold, safe_stop, or resume: commands back after a hold) for the bag."""
         self._publish(
             conversions.ROBOT_EVENTS,
             conversions.event_msg(
-                self._m, schema.WATCHDOG, stage=self.stage, age_s=round(age, 3), time_ns=time.time_ns()
+                self._m, schema.WATCHDOG, stage=stage, age_s=round(age, 3), time_ns=time.time_ns()
             ),
         )
-        return self.stage
 
     @property
     def command_span_s(self) -> float:
