@@ -11,7 +11,8 @@ from __future__ import annotations
 
 HOLD = "hold"
 SAFE_STOP = "safe_stop"
-RESUME = "resume"  # not a stage: good commands came back during a hold (the callers record it beside the stages)
+# not a stage: good commands came back during a hold (the callers record it beside the stages)
+RESUME = "resume"
 
 
 class Watchdog:
