@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from fast_planner import FAST_PLANNER
 
 from simdist.cli import main
 from simdist.model.checkpoint import current_version
-from simdist.runtime.adapt import RoundResult, _table, adapt, count_falls
+from simdist.runtime.adapt import RoundResult, _table, adapt, count_falls, mean_return
 from simdist.runtime.finetune_options import FinetuneOptions
 
 
@@ -35,6 +36,7 @@ def test_one_tiny_round_lowers_the_heldout_latent_error(go2_model: Path, tmp_pat
     assert rows[1].latent_before == report["mean_before"] and rows[1].steps == report["steps"] == 100
     assert rows[1].minutes == pytest.approx(0.1, rel=0.05)
     assert all(isinstance(r.falls, int) and 0 <= r.falls <= 3 for r in rows)  # 3 speeds x 1 episode
+    assert all(r.mean_return is not None and np.isfinite(r.mean_return) for r in rows)
     assert (tmp_path / "adapt" / "adapt.png").stat().st_size > 0
     assert current_version(go2_model) == 0  # the starting checkpoint is never modified
 
@@ -42,26 +44,34 @@ def test_one_tiny_round_lowers_the_heldout_latent_error(go2_model: Path, tmp_pat
 def test_the_rounds_table_counts_falls_where_the_robot_can_fall() -> None:
     from rich.console import Console
 
-    go2 = [{"metrics": {"progress_m": 1.0, "fell": f}} for f in (True, 0.0, 1.0, False)]
-    assert count_falls(go2) == 2
+    go2 = [
+        {"metrics": {"progress_m": 1.0, "fell": f}, "return": r}
+        for f, r in ((True, 1), (0.0, 2), (1.0, 3), (0, 6))
+    ]
+    assert count_falls(go2) == 2 and mean_return(go2) == 3.0
     assert count_falls([{"metrics": {"success": 1.0}}]) is None  # the arm reports no falls
+    assert mean_return([{"metrics": {"success": 1.0}}]) is None and mean_return([]) is None
 
-    def render(rows: list[RoundResult]) -> str:
-        console = Console(width=200, record=True)
-        console.print(_table(rows, "t"))
+    def render(rows: list[RoundResult], width: int = 200) -> str:
+        console = Console(width=width, record=True)
+        console.print(_table(rows, "go2_slope on sim:ptfe"))
         return console.export_text()
 
-    walked = render(
-        [
-            RoundResult(0, 0.0, "progress_m", 1.8, None, "v0000", None, 4),
-            RoundResult(1, 5.0, "progress_m", 1.6, 0.0005, "v0001", True, 0, 0.0065, 4200),
-        ]
-    )
+    rows = [
+        RoundResult(0, 0.0, "forward progress (m)", 1.8, None, "v0000", None, 4, mean_return=15.94),
+        RoundResult(1, 5.0, "forward progress (m)", 1.6, 0.0005, "v0001", True, 0, 0.0065, 4200, 17.02),
+    ]
+    walked = render(rows)
     assert "falls" in walked and "0.0065 -> 0.0005" in walked
     lines = [line for line in walked.splitlines() if line.strip().startswith("│") and "v000" in line]
     assert [line.split("│")[4].strip() for line in lines] == ["4", "0"]
+    assert [line.split("│")[5].strip() for line in lines] == ["15.94", "17.02"]
+    # what `make run` prints fits a terminal of 80 columns, every column whole
+    narrow = render(rows, width=80)
+    assert max(len(line) for line in narrow.splitlines()) <= 80 and "0.0065 -> 0.0005" in narrow
+    assert "17.02" in narrow and "v0001" in narrow
     inserted = render([RoundResult(0, 0.0, "success", 0.5, None, "v0000", None, None)])
-    assert "falls" not in inserted
+    assert "falls" not in inserted and "return" not in inserted
 
 
 def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

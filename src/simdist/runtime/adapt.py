@@ -41,6 +41,14 @@ class RoundResult:
     falls: int | None = None  # evaluation episodes that ended in a fall (None: the task's robot cannot fall)
     latent_before: float | None = None  # the same held-out error of the dynamics this round started from
     steps: int | None = None  # optimiser steps this round's finetuning took
+    mean_return: float | None = None  # mean over episodes of the task reward summed (a simulated robot's)
+
+
+def mean_return(episodes: list[dict[str, Any]]) -> float | None:
+    """The evaluation episodes' mean return (what the planner maximises), or None where an episode has none."""
+    if not episodes or not all("return" in e for e in episodes):
+        return None
+    return float(np.mean([e["return"] for e in episodes]))
 
 
 def count_falls(episodes: list[dict[str, Any]]) -> int | None:
@@ -102,10 +110,11 @@ def _table(rows: list[RoundResult], title: str) -> Any:
 
     table = Table(title=title)
     falls = any(r.falls is not None for r in rows)
-    names = ["round", "data (min)", rows[0].metric if rows else "performance", "falls"]
-    names = [*names[: 4 if falls else 3], "held-out latent error", "dynamics"]
-    for name in names:
-        table.add_column(name, justify="right")
+    returns = any(r.mean_return is not None for r in rows)
+    names = ["round", "data (min)", rows[0].metric if rows else "performance"]
+    names += ["falls"] * falls + ["return"] * returns + ["held-out error", "dynamics"]
+    for name in names:  # the error's "before -> after" stays on one line; headers wrap instead
+        table.add_column(name, justify="right", no_wrap=name == "held-out error")
     for r in rows:
         latent = "-" if r.latent_error is None else f"{r.latent_error:.4f}"
         if r.latent_before is not None and r.latent_error is not None:
@@ -114,6 +123,8 @@ def _table(rows: list[RoundResult], title: str) -> Any:
         cells = [str(r.round), f"{r.minutes:.1f}", f"{r.performance:.3f}"]
         if falls:
             cells.append("-" if r.falls is None else str(r.falls))
+        if returns:
+            cells.append("-" if r.mean_return is None else f"{r.mean_return:.2f}")
         table.add_row(*cells, latent, version)
     return table
 
@@ -170,6 +181,7 @@ def adapt(
     )
     metric, value, ended = evaluate_on_robot(cfg, profile, store, **evaluate)  # type: ignore[arg-type]
     rows = [RoundResult(0, 0.0, metric, value, None, store.label, None, count_falls(ended))]
+    rows[0].mean_return = mean_return(ended)
     if print_table is not None:  # the starting point at once: a round takes minutes
         print_table(_table(rows, title))
     bags: list[Path] = []
@@ -202,6 +214,7 @@ def adapt(
                 count_falls(ended),
                 report["mean_before"],
                 report["steps"],
+                mean_return(ended),
             )
         )
         if print_table is not None:
