@@ -49,3 +49,8 @@ def test_the_same_plans_walk_the_robot_forward_both_ways(tmp_path) -> None:
     )  # 150 ticks at 50 Hz, a loaded machine allowed
     assert local["falls"] == 0 and dds["falls"] == 0
     assert 0 < result["share"] < 3
+    # both controllers' tick counts are reported (fresh, late, held), the DDS one from the deploy's own line
+    assert dds["deploy_ticks"].startswith("ticks ") and "fresh" in dds["deploy_ticks"]
+    assert local["stats"]["ticks"] >= 100
+    text = fidelity.summary({**result, "saved": "-"})
+    assert "controller in process: ticks" in text and "controller over DDS: ticks" in text

@@ -130,6 +130,8 @@ def _over_link(
         raise RuntimeError(f"the emulator gave no summary: {(stderr.strip().splitlines() or ['?'])[-1]}")
     if done.returncode != 0:
         raise RuntimeError(_error_line(done.stderr) or f"deploy over the link exited {done.returncode}")
+    # the deploy's own tick line (fresh / late / held, plan times): how the controller kept up over the link
+    summary["deploy_ticks"] = next((ln for ln in done.stdout.splitlines() if ln.startswith("ticks ")), None)
     return summary
 
 
@@ -190,6 +192,7 @@ def measure(
             "commands": link.get("lowcmd"),
             "bad_crc": link.get("bad_crc"),
             "tracking_rad": link.get("tracking_rad"),
+            "deploy_ticks": link.get("deploy_ticks"),
         }
         result["share"] = share
         result["within_tolerance"] = bool(share >= MIN_SHARE and link_falls <= local_falls + MAX_EXTRA_FALLS)
@@ -241,6 +244,14 @@ def summary(result: dict[str, Any]) -> str:
             f"share {result['share']:.0%} (tolerance: >= {MIN_SHARE:.0%}, at most {MAX_EXTRA_FALLS} more fall): "
             + verdict,
         ]
+        stats = local.get("stats") or {}
+        if "fresh" in stats:
+            lines.append(
+                f"controller in process: ticks {stats['ticks']}: fresh {stats['fresh']}, late {stats['late']}, "
+                f"held {stats['held']}; plan p50 {stats['plan_ms_p50']:.1f} ms"
+            )
+        if link.get("deploy_ticks"):
+            lines.append(f"controller over DDS: {link['deploy_ticks']}")
     else:
 
         def when(t: float | None) -> str:
