@@ -108,3 +108,19 @@ def test_camera_observation():
     assert image.shape == (2, 64, 64, 3) and image.dtype == np.uint8
     assert image.std() > 5  # a scene, not a blank frame
     env.close()
+
+
+@pytest.mark.parametrize("steps", [0, 1, 2, 3, 4, 6])
+def test_an_action_reaches_the_motors_exactly_latency_steps_later(steps: int) -> None:
+    """The profile's latency is what it says at any length (the queue once held 3 and cut `ptfe`'s 4 steps to 2)."""
+    env = make_env("go2_slope", "sim", num_envs=2, seed=0, overrides={"nominal.latency_steps": steps})
+    env.reset()
+    assert (env.params["latency_steps"] == steps).all()
+    applied = []
+    for k in range(steps + 3):
+        action = np.full((2, env.action_dim), float(k + 1), dtype=np.float32)
+        applied.append(env._delayed(action)[:, 0].copy())
+    # before the first action arrives the motors get what the reset queue holds (zeros), then each k-th action
+    expected = [0.0] * steps + [float(k + 1) for k in range(3)]
+    np.testing.assert_array_equal(np.array(applied)[:, 0], expected)
+    np.testing.assert_array_equal(np.array(applied)[:, 1], expected)

@@ -198,10 +198,15 @@ class SimVecEnv(gym.vector.VectorEnv):
         return actions
 
     def _delayed(self, actions: np.ndarray) -> np.ndarray:
-        """Apply each member's latency_steps (0-2 control steps) through a small queue."""
+        """Apply each member's latency_steps (whole control steps, any number) through a queue of past actions. The
+        queue grows to the longest latency asked for (it held 3 until 2026-12-03 and silently cut 3 or 4 steps to 2);
+        a new slot starts as the oldest action it holds."""
+        lag = np.maximum(self.params["latency_steps"].astype(np.int64), 0)
+        if lag.max() >= self._delay_queue.shape[1]:
+            grow = int(lag.max()) + 1 - self._delay_queue.shape[1]
+            self._delay_queue = np.pad(self._delay_queue, ((0, 0), (0, grow), (0, 0)), mode="edge")
         self._delay_queue = np.roll(self._delay_queue, 1, axis=1)
         self._delay_queue[:, 0] = actions
-        lag = np.clip(self.params["latency_steps"].astype(np.int64), 0, self._delay_queue.shape[1] - 1)
         return self._delay_queue[np.arange(self.num_envs), lag]
 
     def simulate(self) -> None:
