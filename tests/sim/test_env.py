@@ -98,7 +98,7 @@ def test_randomisation_draws_inside_ranges_and_profile_is_outside():
     ptfe.reset()
     assert (ptfe.params["friction"] == 0.10).all() and 0.10 < low
     assert ptfe.models[0].geom_friction[ptfe._ground, 0] == pytest.approx(0.10)
-    assert (ptfe.params["latency_steps"] == 4).all()  # outside the drawn 0-1
+    assert (ptfe.params["latency_steps"] == 3).all()  # outside the drawn 0-1
 
 
 def test_camera_observation():
