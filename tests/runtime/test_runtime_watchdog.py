@@ -15,17 +15,17 @@ def test_nothing_to_guard_before_the_first_good_command() -> None:
 
 def test_hold_then_safe_stop_counted_from_the_last_good_command() -> None:
     dog = Watchdog(0.1, 1.0)
-    dog.good(0.0)
+    assert dog.good(0.0) is None  # no hold to end
     assert dog.check(0.1) is None  # exactly the hold limit: not yet
     assert dog.check(0.11) == HOLD and dog.stage == HOLD
     assert dog.check(0.5) is None  # entered once, not at every check
-    assert dog.good(0.6) is True and dog.stage is None  # commands are back: the hold ends
+    assert dog.good(0.6) == pytest.approx(0.6) and dog.stage is None  # commands are back: a 0.6 s outage ends
     assert dog.check(0.65) is None
     assert dog.check(0.75) == HOLD
     assert dog.check(1.59) is None  # 0.99 s after the last good command
     assert dog.check(1.6) == SAFE_STOP and dog.stopped
     assert dog.age(1.6) == pytest.approx(1.0)
-    assert dog.good(1.7) is False and dog.stopped  # final: nothing resumes after a safe stop
+    assert dog.good(1.7) is None and dog.stopped  # final: nothing resumes after a safe stop
     assert dog.check(10.0) is None
 
 

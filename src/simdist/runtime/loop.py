@@ -434,8 +434,8 @@ class DeployLoop:
         run then ends). Armed by the first tick that was not a hold, so a slow first plan never stops a robot that
         has not moved yet. On hardware (a `safe_stop_after_s`) each step is a `watchdog` event in the bag."""
         if not held:
-            outage = self.watchdog.age(now)
-            if self.watchdog.good(now) and self.safe_stop_after_s is not None:
+            outage = self.watchdog.good(now)
+            if outage is not None and self.safe_stop_after_s is not None:
                 log.warning("deploy: plans are back after %.2f s; resuming", outage)
                 self._record_watchdog(stamp_ns, RESUME, outage)
             return

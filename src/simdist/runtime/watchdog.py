@@ -40,15 +40,16 @@ class Watchdog:
     def stopped(self) -> bool:
         return self.stage == SAFE_STOP
 
-    def good(self, now: float) -> bool:
-        """A command the robot executes, at `now`. Returns True when it ends a hold (commands are back). After a
-        safe stop nothing resumes: the caller refuses commands."""
+    def good(self, now: float) -> float | None:
+        """A command the robot executes, at `now`. Returns the outage's length (seconds since the good command before
+        it) when it ends a hold (commands are back), else None. After a safe stop nothing resumes: the caller refuses
+        commands."""
         if self.stage == SAFE_STOP:
-            return False
+            return None
+        outage = self.age(now) if self.stage == HOLD else None
         self._last_good = now
-        resumed = self.stage == HOLD
         self.stage = None
-        return resumed
+        return outage
 
     def age(self, now: float) -> float:
         """Seconds since the last good command (0 before the first)."""

@@ -73,9 +73,7 @@ class RobotBridge:
             if self.refused == 1:
                 log.error("robot bridge: a command came after the safe stop; ignored until the node restarts")
             return
-        now = self._clock()
-        outage = self.watchdog.age(now)
-        if self.watchdog.good(now):
+        if (outage := self.watchdog.good(self._clock())) is not None:
             log.warning("robot bridge: commands are back after %.2f s; resuming", outage)
             self._publish_watchdog(RESUME, outage)
         try:
