@@ -44,9 +44,10 @@ from simdist.sim.config import TaskConfig, load_task
 
 def episode_stats(ended: list[dict[str, Any]], metric_key: str) -> dict[str, Any]:
     """Mean, standard error, falls and per-episode values of evaluated episodes (the protocol's metric key)."""
-    from simdist.runtime.adapt import count_falls
+    from simdist.runtime.adapt import count_falls, episode_returns
 
     per = [float(e["metrics"][metric_key]) for e in ended]
+    returns = episode_returns(ended)
     return {
         "value": float(np.mean(per)) if per else float("nan"),
         "stderr": float(np.std(per, ddof=1) / np.sqrt(len(per))) if len(per) > 1 else 0.0,
@@ -54,11 +55,7 @@ def episode_stats(ended: list[dict[str, Any]], metric_key: str) -> dict[str, Any
         "episodes": len(per),
         "per_episode": per,
         # the task reward summed over each episode (a simulated robot's), where the episodes carry it
-        **(
-            {"per_episode_return": [float(e["return"]) for e in ended]}
-            if all("return" in e for e in ended)
-            else {}
-        ),
+        **({"per_episode_return": returns} if returns is not None else {}),
     }
 
 

@@ -44,11 +44,17 @@ class RoundResult:
     mean_return: float | None = None  # mean over episodes of the task reward summed (a simulated robot's)
 
 
-def mean_return(episodes: list[dict[str, Any]]) -> float | None:
-    """The evaluation episodes' mean return (what the planner maximises), or None where an episode has none."""
+def episode_returns(episodes: list[dict[str, Any]]) -> list[float] | None:
+    """Each episode's return (the task reward summed: what the planner maximises), or None where one has none (a
+    robot that reports no reward) or there are no episodes."""
     if not episodes or not all("return" in e for e in episodes):
         return None
-    return float(np.mean([e["return"] for e in episodes]))
+    return [float(e["return"]) for e in episodes]
+
+
+def mean_return(episodes: list[dict[str, Any]]) -> float | None:
+    returns = episode_returns(episodes)
+    return None if returns is None else float(np.mean(returns))
 
 
 def count_falls(episodes: list[dict[str, Any]]) -> int | None:
@@ -180,8 +186,11 @@ def adapt(
         overrides=overrides, planner=planner, planner_overrides=planner_overrides, episodes=eval_episodes
     )
     metric, value, ended = evaluate_on_robot(cfg, profile, store, **evaluate)  # type: ignore[arg-type]
-    rows = [RoundResult(0, 0.0, metric, value, None, store.label, None, count_falls(ended))]
-    rows[0].mean_return = mean_return(ended)
+    rows = [
+        RoundResult(
+            0, 0.0, metric, value, None, store.label, None, count_falls(ended), mean_return=mean_return(ended)
+        )
+    ]
     if print_table is not None:  # the starting point at once: a round takes minutes
         print_table(_table(rows, title))
     bags: list[Path] = []
