@@ -61,6 +61,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also measure the gpu config's closed-loop quality (slow on a CPU; the estimate is printed otherwise)",
     )
     parser.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        metavar="N",
+        help="bench fidelity: one run each way for each of the seeds 0..N-1 (default 1)",
+    )
+    parser.add_argument(
         "--faults",
         default=None,
         metavar="NAMES",

@@ -54,3 +54,50 @@ def test_the_same_plans_walk_the_robot_forward_both_ways(tmp_path) -> None:
     assert local["stats"]["ticks"] >= 100
     text = fidelity.summary({**result, "saved": "-"})
     assert "controller in process: ticks" in text and "controller over DDS: ticks" in text
+
+
+def test_several_seeds_are_pooled_per_way_and_printed_pair_by_pair() -> None:
+    def peg(seed: int, local: float | None, link: float | None, within: bool) -> dict:
+        return {
+            "task": "ur5e_peg",
+            "robot": "ur5e",
+            "profile": "sim",
+            "seconds": 8.0,
+            "seed": seed,
+            "overrides": [],
+            "in_process": {"inserted_after_s": local},
+            "within_tolerance": within,
+            "over_link": {
+                "inserted_after_s": link,
+                "commands": 79,
+                "protective_stops": 0,
+                "unsafe_commands": 0,
+            },
+        }
+
+    runs = [peg(0, 2.0, 2.1, True), peg(1, None, 1.9, False), peg(2, 6.0, 2.0, False)]
+    pooled = fidelity.pooled(runs)
+    assert pooled["seeds"] == 3 and pooled["within"] == 1
+    assert pooled["in_process"] == {"inserted": 2, "median_s": 4.0, "times_s": [2.0, None, 6.0]}
+    assert pooled["over_link"]["inserted"] == 3 and pooled["over_link"]["median_s"] == 2.0
+    text = fidelity.summary({**runs[0], "runs": runs, "pooled": pooled, "saved": "x.json"})
+    assert text.count("seed ") == 3 and text.count("saved:") == 1
+    assert (
+        "3 seeds: 1 pairs within tolerance" in text and "in_process: inserted in 2 of 3, median 4.0 s" in text
+    )
+
+    go2 = [
+        {
+            "robot": "go2",
+            "within_tolerance": True,
+            "in_process": {"progress_m": 2.0, "falls": 0},
+            "over_link": {"progress_m": 1.8, "falls": 1},
+        },
+        {
+            "robot": "go2",
+            "within_tolerance": True,
+            "in_process": {"progress_m": 1.0, "falls": 1},
+            "over_link": {"progress_m": 1.2, "falls": 0},
+        },
+    ]
+    assert fidelity.pooled(go2)["over_link"] == {"progress_m": 1.5, "falls": 1}

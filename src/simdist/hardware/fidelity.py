@@ -25,6 +25,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from simdist.atomic import write_text
 from simdist.hardware.faults import _env, _error_line, _last_json, _run_module, _simdist, _stop_emulator
 
@@ -213,7 +215,28 @@ def measure(
     return result
 
 
+def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The seeds' runs together: how many pairs hold the tolerance, and each way's figures over the seeds (Go2:
+    mean progress and falls; UR5e: insertions and the median time to one)."""
+    out: dict[str, Any] = {"seeds": len(runs), "within": sum(bool(r["within_tolerance"]) for r in runs)}
+    for way in ("in_process", "over_link"):
+        if runs[0]["robot"] == "go2":
+            out[way] = {
+                "progress_m": float(np.mean([r[way]["progress_m"] for r in runs])),
+                "falls": int(sum(r[way]["falls"] for r in runs)),
+            }
+        else:
+            times = [r[way]["inserted_after_s"] for r in runs if r[way]["inserted_after_s"] is not None]
+            out[way] = {
+                "inserted": len(times),
+                "median_s": float(np.median(times)) if times else None,
+                "times_s": [r[way]["inserted_after_s"] for r in runs],
+            }
+    return out
+
+
 def bench(args: argparse.Namespace) -> dict[str, Any]:
+    from simdist.errors import ConfigError
     from simdist.runtime.deploy import resolve_model
     from simdist.sim.config import load_task
 
@@ -221,7 +244,14 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     model = str(resolve_model(args.task, getattr(args, "model", None)))
     seconds = float(getattr(args, "seconds", None) or cfg.episode_seconds)
     sets = list(DEFAULT_SETS.get(cfg.robot, [])) + list(getattr(args, "overrides", None) or [])
-    result = measure(args.task, args.profile or "sim", model, seconds=seconds, sets=sets)
+    seeds = getattr(args, "seeds", None) or 1
+    if seeds < 1:
+        raise ConfigError(f"bench fidelity: --seeds must be >= 1, got {seeds}")
+    runs = [
+        measure(args.task, args.profile or "sim", model, seconds=seconds, seed=s, sets=sets)
+        for s in range(seeds)
+    ]
+    result = {**runs[0], "runs": runs, "pooled": pooled(runs)} if seeds > 1 else runs[0]
     out = Path(getattr(args, "out", None) or "runs/fidelity")
     out.mkdir(parents=True, exist_ok=True)
     result["saved"] = str(out / "fidelity.json")
@@ -230,6 +260,26 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def summary(result: dict[str, Any]) -> str:
+    if "runs" in result:  # several seeds: each pair, then the seeds together
+        lines = [summary({**r, "saved": None}) for r in result["runs"]]
+        p = result["pooled"]
+        if result["robot"] == "go2":
+            ways = [
+                f"{w}: {p[w]['progress_m']:.2f} m a run, {p[w]['falls']} falls"
+                for w in ("in_process", "over_link")
+            ]
+        else:
+            ways = [
+                f"{w}: inserted in {p[w]['inserted']} of {p['seeds']}"
+                + (
+                    ""
+                    if p[w]["median_s"] is None
+                    else f", median {p[w]['median_s']:.1f} s after the first command"
+                )
+                for w in ("in_process", "over_link")
+            ]
+        pairs = f"{p['seeds']} seeds: {p['within']} pairs within tolerance; " + "; ".join(ways)
+        return "\n".join([*lines, pairs, f"saved: {result['saved']}"])
     local, link = result["in_process"], result["over_link"]
     lines = [
         f"{result['task']} on {result['profile']}, {result['seconds']:g} s each, seed {result['seed']}, "
@@ -264,7 +314,9 @@ def summary(result: dict[str, Any]) -> str:
             f"tolerance (inserted both ways within {MAX_INSERT_DIFF_S:g} s of each other, or neither): "
             + verdict,
         ]
-    return "\n".join([*lines, f"saved: {result['saved']}"])
+    if result.get("saved"):
+        lines.append(f"saved: {result['saved']}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
