@@ -178,6 +178,35 @@ def test_a_dead_planner_leaves_the_robot_on_its_last_plan_for_open_loop_s_at_mos
     assert stats.held >= stats.ticks - stats.fresh - 2 and stats.held >= 10
 
 
+def test_a_real_time_sim_robot_gives_every_tick_the_state_of_the_step_just_before_it(
+    ur5e_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real time, 10 Hz: the simulated arm steps its physics just before each of the loop's ticks, so a tick reads a
+    state a few ms old, never one a period old (stepped at the ticks' own instants, about half the ticks read one
+    ~100 ms old, whichever thread ran first)."""
+    import threading
+
+    from simdist.hardware.sim_robot import SimRobot
+
+    ages: list[float] = []
+    read = SimRobot.read
+
+    def timed(self: SimRobot):  # type: ignore[no-untyped-def]
+        state = read(self)
+        if threading.current_thread() is threading.main_thread() and self._steps > 0:  # the ticks' reads
+            ages.append(time.monotonic() - state.timestamp)
+        return state
+
+    monkeypatch.setattr(SimRobot, "read", timed)
+    result = run_deploy(
+        "ur5e_peg", "sim:sim", ur5e_model, ticks=30, realtime=True, planner_overrides=FAST_PLANNER
+    )
+    assert result.stats.ticks + result.stats.missed == 30 and len(ages) >= 25
+    old = sum(age > 0.05 for age in ages)  # half a period
+    assert old <= 2, sorted(ages)[-5:]
+    assert float(np.median(ages)) < 0.03, ages
+
+
 def test_real_time_warm_start_shifts_by_the_ticks_since_the_plan_it_shifts(
     go2_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

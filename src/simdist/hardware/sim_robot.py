@@ -29,6 +29,9 @@ from simdist.hardware.state import JointCommand, RobotState
 from simdist.sim.config import TaskConfig
 
 
+PHYSICS_LEAD = 0.1  # real time: the physics steps this share of a period before the loop's ticks (see _physics)
+
+
 class SimRobot:
     """A simulated robot (the task's) for a task and dynamics profile.
 
@@ -161,21 +164,31 @@ class SimRobot:
         """Real time only: start the physics thread (idempotent)."""
         if not self.realtime or self._thread is not None:
             return
-        self._thread = threading.Thread(target=self._physics, name="sim-physics", daemon=True)
+        self._thread = threading.Thread(
+            target=self._physics, args=(time.monotonic(),), name="sim-physics", daemon=True
+        )
         self._thread.start()
 
-    def _physics(self) -> None:
+    def _physics(self, started: float) -> None:
         period = 1.0 / self.control_hz
-        next_time = time.monotonic()
-        while not self._stop.is_set():
+        # The first step a period after start() less a lead: a loop that starts the robot just before its first tick
+        # (DeployLoop.run) then reads, at every tick, the state of a step that ended just before it, and its command
+        # acts from the next step on: the lockstep order (read, plan, act for a period) kept in real time. Stepped at
+        # the ticks' own instants, a tick read a state a whole period old on about half the ticks (whichever thread
+        # ran first). A plan later than the next step leaves the previous command acting a period more, as on a robot.
+        next_time = started + period * (1.0 - PHYSICS_LEAD)
+        while True:
+            delay = next_time - time.monotonic()
+            if delay > 0:
+                if self._stop.wait(delay):
+                    return
+            elif delay < -period:  # the physics itself fell behind: no catch-up burst
+                next_time = time.monotonic()
+            if self._stop.is_set():
+                return
             with self._lock:
                 self._step(self._action)
             next_time += period
-            delay = next_time - time.monotonic()
-            if delay > 0:
-                self._stop.wait(delay)
-            elif delay < -period:  # the physics itself fell behind: no catch-up burst
-                next_time = time.monotonic()
 
     # -- Robot protocol -----------------------------------------------------------------------------------------
     def read(self) -> RobotState:
