@@ -28,9 +28,8 @@ from simdist import robots
 from simdist.hardware.state import JointCommand, RobotState
 from simdist.sim.config import TaskConfig
 
-PHYSICS_LEAD = (
-    0.1  # real time: the physics steps this share of a period before the loop's ticks (see _physics)
-)
+# real time: the physics steps this share of a period before the loop's ticks (see SimRobot._physics)
+PHYSICS_LEAD = 0.1
 
 
 class SimRobot:
