@@ -193,7 +193,7 @@ def test_a_real_time_sim_robot_gives_every_tick_the_state_of_the_step_just_befor
 
     def timed(self: SimRobot):  # type: ignore[no-untyped-def]
         state = read(self)
-        if threading.current_thread() is threading.main_thread():  # the ticks' reads, the first one's included
+        if threading.current_thread() is threading.main_thread():  # the ticks' reads, the first included
             ages.append(time.monotonic() - state.timestamp)
         return state
 

@@ -164,8 +164,8 @@ class SimRobot:
         """Real time only: start the physics thread (idempotent)."""
         if not self.realtime or self._thread is not None:
             return
-        with self._lock:
-            self._stamp = time.monotonic()  # a robot streams its state: the one it stands in is current at start
+        with self._lock:  # a robot streams its state: the one it stands in is current at start
+            self._stamp = time.monotonic()
         self._thread = threading.Thread(
             target=self._physics, args=(time.monotonic(),), name="sim-physics", daemon=True
         )
