@@ -80,7 +80,7 @@ def test_several_seeds_are_pooled_per_way_and_printed_pair_by_pair() -> None:
     assert pooled["seeds"] == 3 and pooled["within"] == 1
     assert pooled["in_process"] == {"inserted": 2, "median_s": 4.0, "times_s": [2.0, None, 6.0]}
     assert pooled["over_link"]["inserted"] == 3 and pooled["over_link"]["median_s"] == 2.0
-    text = fidelity.summary({**runs[0], "runs": runs, "pooled": pooled, "saved": "x.json"})
+    text = fidelity.summary({"robot": "ur5e", "runs": runs, "pooled": pooled, "saved": "x.json"})
     assert text.count("seed ") == 3 and text.count("saved:") == 1
     assert (
         "3 seeds: 1 pairs within tolerance" in text and "in_process: inserted in 2 of 3, median 4.0 s" in text

@@ -252,7 +252,11 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         measure(args.task, args.profile or "sim", model, seconds=seconds, seed=s, sets=sets)
         for s in range(seeds)
     ]
-    result = {**runs[0], "runs": runs, "pooled": pooled(runs)} if seeds > 1 else runs[0]
+    if seeds == 1:
+        result = runs[0]
+    else:  # what the runs share, then each run and the pool (no one seed's figures at the top)
+        shared = ("task", "robot", "profile", "model", "seconds", "overrides")
+        result = {**{k: runs[0][k] for k in shared}, "runs": runs, "pooled": pooled(runs)}
     out = Path(getattr(args, "out", None) or "runs/fidelity")
     out.mkdir(parents=True, exist_ok=True)
     result["saved"] = str(out / "fidelity.json")

@@ -164,11 +164,10 @@ class SimRobot:
         """Real time only: start the physics thread (idempotent)."""
         if not self.realtime or self._thread is not None:
             return
+        now = time.monotonic()
         with self._lock:  # a robot streams its state: the one it stands in is current at start
-            self._stamp = time.monotonic()
-        self._thread = threading.Thread(
-            target=self._physics, args=(time.monotonic(),), name="sim-physics", daemon=True
-        )
+            self._stamp = now
+        self._thread = threading.Thread(target=self._physics, args=(now,), name="sim-physics", daemon=True)
         self._thread.start()
 
     def _physics(self, started: float) -> None:
