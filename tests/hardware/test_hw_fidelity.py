@@ -24,6 +24,22 @@ def test_progress_sums_every_episode_and_the_one_the_run_ended_in() -> None:
     assert fidelity._progress(let_go) == (2.0, 1)
 
 
+def test_an_episode_that_ended_after_the_last_tick_still_counts() -> None:
+    """A run as long as an episode: the physics, a tenth of a period ahead of the ticks, ends the episode after the
+    deploy's last tick; its 3.9 m must not become the 0 m of the episode that began after it."""
+
+    class Robot:
+        queue = [{"metrics": {"progress_m": 3.9}, "seconds": 8.0, "terminated": False, "return": 30.0}]
+
+        def take_episode_end(self):
+            return self.queue.pop(0) if self.queue else None
+
+    seen = [{"metrics": {"progress_m": 1.0}, "seconds": 2.0, "terminated": True}]
+    episodes = fidelity._ended_episodes(seen, Robot())
+    assert [e["metrics"]["progress_m"] for e in episodes] == [1.0, 3.9]
+    assert fidelity._progress({"episodes": episodes, "episode_so_far": {"progress_m": 0.0}}) == (4.9, 1)
+
+
 def test_the_time_to_insertion_is_counted_from_the_first_command_both_ways() -> None:
     assert fidelity._inserted_after({"episodes": [], "inserted_after_s": 2.4}) == 2.4  # watched in process
     assert fidelity._inserted_after({"episodes": [], "inserted_after_s": None}) is None

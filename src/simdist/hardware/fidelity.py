@@ -63,6 +63,19 @@ def _progress(summary: dict[str, Any]) -> tuple[float, int]:
     return float(progress), falls
 
 
+def _ended_episodes(seen: list[dict[str, Any]], robot: Any) -> list[dict[str, Any]]:
+    """The in-process run's ended episodes: those the deploy loop saw, then any that ended after its last tick (the
+    physics steps just ahead of the ticks, so a run as long as an episode can end it between the last tick and the
+    stop; it is then still queued at the robot)."""
+    ended = list(seen)
+    while (late := robot.take_episode_end()) is not None:
+        ended.append(late)
+    return [
+        {"metrics": e["metrics"], "seconds": e.get("seconds"), "terminated": e.get("terminated", False)}
+        for e in ended
+    ]
+
+
 def child(argv: list[str]) -> int:
     """`python -m simdist.hardware.fidelity TASK PROFILE MODEL SECONDS SEED SETS_JSON`: the in-process real-time run,
     its robot's summary (episodes and the episode it ended in) as one JSON line."""
@@ -97,10 +110,7 @@ def child(argv: list[str]) -> int:
         seed=int(seed),
         on_tick=watch if cfg.robot == "ur5e" else None,
     )
-    episodes = [
-        {"metrics": e["metrics"], "seconds": e.get("seconds"), "terminated": e.get("terminated", False)}
-        for e in result.stats.episodes
-    ]
+    episodes = _ended_episodes(result.stats.episodes, robot)
     summary = {
         "episodes": episodes,
         "episode_so_far": robot.episode_so_far(),

@@ -10,7 +10,13 @@ of the dynamics profile (friction, ground, latency, servo lag, sensor noise) is 
 the emulator is the in-process `sim:PROFILE` run with the DDS transport and the real-time clock in between.
 
 What differs from a real Go2, stated: the physics advances one control period per step (not at the motors'
-kHz rate), so lowstate is published at the task's control rate rather than 500 Hz; foot forces are integers (the
+kHz rate), so lowstate is published at the task's control rate rather than 500 Hz. A real Go2's motor loop applies
+a command within a couple of milliseconds of its arrival; stepping on its own 50 Hz clock, the emulator would apply
+it at its next step, up to a whole period later depending on how the two clocks happen to be phased (one extra
+period of delay in most of some runs, none in others). So a step runs when a new command arrives (`StepClock`: not
+sooner than half a period after the last step, nor later than 1.5 periods after a step a command started, and never
+more than a period off the wall clock), and on its own period while none comes: the command acts from the state it
+was computed from, as in the in-process simulation, whose profile models the delay (`latency_steps`). Foot forces are integers (the
 message's int16) in newtons; there is no sport mode to release (the adapter never asks for it). A real robot
 keeps walking where the task's episode would end on time, so the emulator's episodes end only on a fall (the
 robot is then set back on its feet at the start, which a real one is not; the controller is not told, as it is
@@ -39,7 +45,6 @@ from simdist.hardware.emulated_faults import Fault, FaultSchedule, UnsafeTally
 from simdist.hardware.sim_robot import SimRobot
 from simdist.hardware.state import RobotState
 from simdist.robots.go2.hardware import HEAD, LOWCMD_TOPIC, LOWSTATE_TOPIC, MODE_SERVO, NUM_MOTORS, _sdk
-from simdist.runtime.realtime import run_paced
 from simdist.sim.config import TaskConfig
 
 log = logging.getLogger(__name__)
@@ -89,6 +94,44 @@ class CommandCheck(UnsafeTally):
         return self.record(problems, t)
 
 
+class StepClock:
+    """When the emulated robot's next physics step runs: at a new command's arrival, or on its own period.
+
+    Step k (k steps done since `start`) runs at the first new command at or after `earliest`, and at `latest` if none
+    comes: `earliest` is half a period after the last step and not more than a period ahead of the wall clock
+    (`start + (k - 1) period`); `latest` is a period after the last step (1.5 periods after a step a command
+    started, so a controller at the same rate, with its jitter, starts every step) and not more than a period behind
+    the wall clock (`start + (k + 1) period`). A controller at the task's rate thus starts each step as its command
+    arrives, whatever the two clocks' phase; a faster one cannot run the physics ahead of real time, a slower or
+    silent one cannot hold it back.
+    """
+
+    def __init__(self, period: float, start: float) -> None:
+        self.period, self.start = period, start
+        self.last, self.steps, self.by_command = start, 0, False
+
+    def window(self) -> tuple[float, float]:
+        """(earliest, latest) wall time of the next step."""
+        p = self.period
+        earliest = max(self.last + 0.5 * p, self.start + (self.steps - 1) * p)
+        latest = min(self.last + (1.5 if self.by_command else 1.0) * p, self.start + (self.steps + 1) * p)
+        return earliest, max(earliest, latest)
+
+    def due(self, arrival: float | None) -> float:
+        """When the next step runs, given the arrival time of the first new command since the last step (None:
+        none came before `latest`)."""
+        earliest, latest = self.window()
+        return latest if arrival is None or arrival > latest else max(earliest, arrival)
+
+    def stepped(self, at: float, *, by_command: bool) -> None:
+        """Step k ran at `at`. One that ran more than a period behind the wall clock (the process did not get the
+        CPU) re-anchors the clock on the present rather than catching up in a burst."""
+        if at > self.start + (self.steps + 1) * self.period:
+            self.start = at - self.steps * self.period
+        self.last, self.by_command = at, by_command
+        self.steps += 1
+
+
 class Go2Emulator:
     """One emulated Go2 on `iface` / `domain`; `serve()` runs it in real time until stopped.
 
@@ -123,6 +166,8 @@ class Go2Emulator:
         self.iface, self.domain = iface, domain
         self._lock = threading.Lock()
         self._command: Any = None  # the latest valid LowCmd_
+        self._new_command = threading.Event()  # a valid LowCmd_ came since the last step
+        self._arrived_at = 0.0  # when the first of them came
         self.counts = {"lowcmd": 0, "bad_crc": 0, "bad_header": 0, "steps": 0, "late_steps": 0, "damping": 0}
         self._tracking: list[float] = []  # per servo step: mean |q_des - q| over motors in servo with kp > 0
         self.faults = FaultSchedule(faults)  # timed from the first valid command
@@ -190,6 +235,9 @@ class Go2Emulator:
                     }
             self._damping = damping
             self._command = msg
+            if not self._new_command.is_set():
+                self._arrived_at = now
+                self._new_command.set()
 
     def _publish(self, state: RobotState) -> None:
         msg = self._state
@@ -253,6 +301,7 @@ class Go2Emulator:
         self._set_vanished(self.faults.active("vanish") is not None)
         with self._lock:
             command = self._command
+            self._new_command.clear()
         if command is None:
             self.robot.send_action(np.zeros(self.robot.action_dim, dtype=np.float32))  # the stand pose
         else:
@@ -267,10 +316,30 @@ class Go2Emulator:
         self._publish(state)
 
     def serve(self, stop: threading.Event, seconds: float | None = None) -> dict[str, Any]:
-        """Step at the control rate in real time until `stop` (or `seconds`); a summary of what happened."""
+        """Step in real time until `stop` (or `seconds`), each step at a new command's arrival or on the period
+        (`StepClock`); a summary of what happened. `late_steps`: steps that began more than half a period after
+        they were due (this process did not get the CPU)."""
         if self._publisher is None:
             self.open()
-        self.counts["late_steps"] += run_paced(self.step, self.period, stop, seconds)
+        now = time.monotonic()
+        end = None if seconds is None else now + seconds
+        clock = StepClock(self.period, now)
+        while not stop.is_set() and (end is None or now < end):
+            latest = clock.window()[1]
+            while not self._new_command.is_set() and not stop.is_set() and (now := time.monotonic()) < latest:
+                self._new_command.wait(min(latest - now, self.period))
+            arrival = self._arrived_at if self._new_command.is_set() else None
+            at = clock.due(arrival)
+            if (wait := at - time.monotonic()) > 0:
+                stop.wait(wait)
+            if stop.is_set():
+                break
+            started = max(at, time.monotonic())
+            if started - at > 0.5 * self.period:
+                self.counts["late_steps"] += 1
+            self.step()
+            clock.stepped(started, by_command=arrival is not None and arrival <= at)
+            now = time.monotonic()
         return self.summary()
 
     def summary(self) -> dict[str, Any]:
