@@ -14,10 +14,10 @@ kHz rate), so lowstate is published at the task's control rate rather than 500 H
 a command within a couple of milliseconds of its arrival; stepping on its own 50 Hz clock, the emulator would apply
 it at its next step, up to a whole period later depending on how the two clocks happen to be phased (one extra
 period of delay in most of some runs, none in others). So a step runs when a new command arrives (`StepClock`: not
-sooner than half a period after the last step, nor later than 1.5 periods after a step a command started, and never
-more than a period off the wall clock), and on its own period while none comes: the command acts from the state it
-was computed from, as in the in-process simulation, whose profile models the delay (`latency_steps`). Foot forces are integers (the
-message's int16) in newtons; there is no sport mode to release (the adapter never asks for it). A real robot
+sooner than half a period after the last step, nor later than 1.5 periods after a step a command started, and
+never more than a period off the wall clock), and on its own period while none comes: the command acts from the
+state it was computed from, as in the in-process simulation, whose profile models the delay (`latency_steps`).
+Foot forces are integers (the message's int16) in newtons; there is no sport mode to release (the adapter never asks for it). A real robot
 keeps walking where the task's episode would end on time, so the emulator's episodes end only on a fall (the
 robot is then set back on its feet at the start, which a real one is not; the controller is not told, as it is
 not on a robot). Measured against in-process real time: docs/results.md, "The Go2 emulator".
