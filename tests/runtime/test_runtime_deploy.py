@@ -205,7 +205,7 @@ def test_a_real_time_sim_robot_gives_every_tick_the_state_of_the_step_just_befor
     period = 0.1  # the UR5e's 10 Hz
     old = sum(age > 0.5 * period for age in ages)
     assert old <= 2, sorted(ages)[-5:]
-    assert float(np.median(ages)) < 0.3 * period, ages
+    assert sum(age < 0.3 * period for age in ages) > len(ages) / 2, ages  # most states fresh: the median age
 
 
 def test_real_time_warm_start_shifts_by_the_ticks_since_the_plan_it_shifts(

@@ -7,8 +7,8 @@ the in-process simulation? The same task, profile, model, command and simulator 
   behind RTDE) driven by `simdist deploy --robot go2:lo:D` or `ur5e:HOST`, each its own process.
 
 Both runs last one task episode (8 s) from the same start; `--seeds N` repeats the pair for seeds 0..N-1, judges each
-pair and pools each side over the seeds (one real-time run varies from the next at the same seed). The figures and their tolerances, written down before
-they were first measured (docs/results.md):
+pair and pools each side over the seeds (one real-time run varies from the next at the same seed). The figures and
+their tolerances, written down before they were first measured (docs/results.md):
 - Go2: the forward progress over the run, falls included (a fallen robot's episode ends where it fell and the next
   one starts from the beginning), with no finish marker (`terrain.finish_m=0` unless `--set` says otherwise: a
   capped progress would hide a difference). Over DDS at least 75 % of the in-process progress, at most one more fall.
