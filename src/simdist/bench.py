@@ -49,6 +49,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--breakdown", action="store_true", help="time per model part (bench planner)")
     parser.add_argument(
+        "--against",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="bench planner: also the config with these planner settings (or, with random weights, model.KEY=VALUE "
+        "model sizes) changed (repeatable), the two measured in alternating blocks and compared as a ratio",
+    )
+    parser.add_argument(
         "--quality-episodes",
         type=int,
         default=None,

@@ -176,3 +176,70 @@ def test_a_random_model_of_any_preset_and_its_refusals() -> None:
         plan_bench._model(settings, "models/go2_slope", "tiny")
     with pytest.raises(ConfigError, match="unknown model preset 'huge'"):
         plan_bench._model(settings, None, "huge")
+
+
+def test_interleaved_blocks_alternate_and_count_every_tick(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A B A B ...: each variant gets its ticks in `blocks` blocks of its own, and a variant with 4x the samples
+    measures slower than its reference within the same run."""
+    settings = plan_bench.task_settings("ur5e")
+    torch.manual_seed(0)
+    model = WorldModel.build(settings["dims"], load_model_config("tiny")).eval()
+    common = dict(policy_std=0.05, iterations=1, elites=2, temperature=0.25, init_std=1.0, min_std=0.05)
+    small = PlannerConfig(num_samples=8, num_policy_samples=2, horizon=model.horizon, discount=0.99, **common)
+    large = PlannerConfig(
+        num_samples=256, num_policy_samples=8, horizon=model.horizon, discount=0.99, **common
+    )
+    order: list[int] = []
+    measure = plan_bench.measure
+
+    def logged(model: object, config: PlannerConfig, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        order.append(config.num_samples)
+        return measure(model, config, *args, **kwargs)
+
+    monkeypatch.setattr(plan_bench, "measure", logged)
+    out = plan_bench.measure_interleaved(
+        {"a": (model, small), "b": (model, large)}, settings, ticks=12, blocks=3, paced=False
+    )
+    assert order == [8, 256, 8, 256, 8, 256]
+    assert out["a"]["ticks"] == out["b"]["ticks"] == 12 and out["a"]["blocks"] == 3
+    assert out["a"]["samples_per_tick"] == 10 and out["b"]["samples_per_tick"] == 264
+    assert out["b"]["p50_ms"] > out["a"]["p50_ms"] and "raw" in out["a"]
+
+
+def test_against_compares_planner_settings_and_model_sizes_in_one_run() -> None:
+    import argparse
+
+    args = argparse.Namespace(
+        task="ur5e",
+        config="gpu",  # the baseline itself: no third, slow config in the run
+        overrides=["num_samples=8", "num_policy_samples=2", "iterations=1", "elites=4", "horizon=5"],
+        ticks=8,
+        model=None,
+        model_preset="tiny",
+        rt_priority=None,
+        cpus=None,
+        unpaced=True,
+        against=["model.dynamics_heads=1", "precision=bfloat16"],
+    )
+    result = plan_bench.bench(args)
+    assert set(result["configs"]) == {"gpu", plan_bench.AGAINST}
+    assert result["configs"][plan_bench.AGAINST]["precision"] == "bfloat16"
+    assert result["configs"]["gpu"]["precision"] == "float32"
+    assert result["configs"]["gpu"]["ticks"] == result["configs"][plan_bench.AGAINST]["ticks"] == 8
+    assert result["model_against"]["changes"] == {"dynamics_heads": 1}
+    assert (
+        result["model_against"]["parameters"] == result["model"]["parameters"]
+    )  # heads: the same parameters
+    ratio = result["against"]["p50_ms_ratio"]
+    assert ratio == pytest.approx(
+        result["configs"][plan_bench.AGAINST]["p50_ms"] / result["configs"]["gpu"]["p50_ms"]
+    )
+    assert all("raw" not in measured for measured in result["configs"].values())
+    text = plan_bench.summary(result)
+    assert (
+        "against = gpu with model.dynamics_heads=1, precision=bfloat16" in text
+        and f"p50 {ratio:.2f}x" in text
+    )
+    args.model, args.model_preset = "models/ur5e_peg", None
+    with pytest.raises(ConfigError, match="changes a random-weights preset; not with --model"):
+        plan_bench.bench(args)

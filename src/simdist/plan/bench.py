@@ -28,6 +28,8 @@ from simdist.sim.config import load_task, task_files
 
 BASELINE = "gpu"
 BASELINE_TICKS = 10
+AGAINST = "against"  # the name of `--against`'s variant in the table and the JSON
+INTERLEAVED_BLOCKS = 4
 MODEL_PRESET = "default"
 _DEFAULT_THREADS = torch.get_num_threads()
 PROFILED_PARTS = ("encoder", "history_tokens", "dynamics", "reward", "value", "policy")
@@ -54,10 +56,14 @@ def task_settings(task: str) -> dict[str, Any]:
 
 
 def _model(
-    settings: dict[str, Any], model_dir: str | None, preset: str | None = None
+    settings: dict[str, Any],
+    model_dir: str | None,
+    preset: str | None = None,
+    changes: dict[str, Any] | None = None,
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
-    """The trained model of `model_dir`, or a model of `preset` (default: `MODEL_PRESET`) with random weights (seed
-    0): the size-matched row of a comparison with another implementation needs no training."""
+    """The trained model of `model_dir`, or a model of `preset` (default: `MODEL_PRESET`, with `changes` to its
+    keys) with random weights (seed 0): the size-matched row of a comparison with another implementation needs no
+    training."""
     if model_dir and preset:
         raise ConfigError("--model and --model-preset exclude each other (a checkpoint has its own size)")
     if model_dir:
@@ -74,8 +80,10 @@ def _model(
 
         name = preset or MODEL_PRESET
         torch.manual_seed(0)
-        model = WorldModel.build(settings["dims"], load_model_config(name))
+        model = WorldModel.build(settings["dims"], load_model_config(name, changes))
         info = {"source": f"config/model/{name}.yaml", "trained": False}
+        if changes:
+            info["changes"] = {key: changes[key] for key in sorted(changes)}
     model.eval()
     info["parameters"] = sum(p.numel() for p in model.parameters())
     return model, info
@@ -147,6 +155,42 @@ def measure(
     return result
 
 
+def measure_interleaved(
+    variants: dict[str, tuple[Any, PlannerConfig]],
+    settings: dict[str, Any],
+    *,
+    ticks: int,
+    blocks: int = INTERLEAVED_BLOCKS,
+    scheduling: Scheduling | None = None,
+    paced: bool = True,
+) -> dict[str, dict[str, Any]]:
+    """`measure` for two or more (model, config) variants in alternating blocks (A B A B ...), each variant's
+    `ticks` split over `blocks` blocks of its own (each after a short warm-up with a fresh planner), so that a change
+    of the machine's speed during the run falls on every variant alike; the figures are over all of its blocks."""
+    per_block = max(1, ticks // blocks)
+    raw: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
+    label = "normal"
+    for block in range(blocks):
+        for name, (model, config) in variants.items():
+            result = measure(
+                model,
+                config,
+                settings,
+                ticks=per_block,
+                warmup=20 if block == 0 else 5,
+                scheduling=scheduling,
+                paced=paced,
+            )
+            raw[name].append(result["raw"])
+            label = result["scheduling"]
+    out = {}
+    for name, (_, config) in variants.items():
+        out[name] = _summarise(_combine(raw[name]), config, settings, paced=paced)
+        out[name]["scheduling"] = label
+        out[name]["blocks"] = blocks
+    return out
+
+
 def _policy_label(scheduling: Scheduling | None, problems: list[str]) -> str:
     if scheduling is None or not scheduling.requested:
         return "normal"
@@ -214,10 +258,38 @@ def _measure(
     wall = time.perf_counter() - wall0
     hz = os.sysconf("SC_CLK_TCK")
     busy, steal = _machine_ticks()
-    other = (busy - busy0) / hz - (sum(os.times()[:2]) - own0)
+    raw = {
+        "total": total,
+        "context": context,
+        "cpu": cpu,
+        "ref": ref,
+        "iterations": iterations,
+        "fallbacks": fallbacks,
+        "other_s": (busy - busy0) / hz - (sum(os.times()[:2]) - own0),
+        "steal_s": (steal - steal0) / hz,
+        "wall_s": wall,
+    }
+    return _summarise(raw, config, settings, paced=paced)
+
+
+def _combine(blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The raw measurements of several blocks of one config as one."""
+    out: dict[str, Any] = {}
+    for key, value in blocks[0].items():
+        parts = [block[key] for block in blocks]
+        out[key] = [x for part in parts for x in part] if isinstance(value, list) else sum(parts)
+    return out
+
+
+def _summarise(
+    raw: dict[str, Any], config: PlannerConfig, settings: dict[str, Any], *, paced: bool
+) -> dict[str, Any]:
+    total, context, cpu, ref, iterations = (raw[k] for k in ("total", "context", "cpu", "ref", "iterations"))
+    ticks, wall = len(total), raw["wall_s"]
     period = 1e3 / settings["control_hz"]
     evaluated = config.num_samples * config.iterations + config.num_policy_samples
     return {
+        "raw": raw,
         "ticks": ticks,
         "p50_ms": statistics.median(total),
         "p90_ms": _percentile(total, 0.90),
@@ -238,13 +310,14 @@ def _measure(
         # planning ahead, a plan has the whole period (it is made between two ticks); otherwise it must end before
         # the tick's deadline, 80 % of the period after the tick began, with the robot read and ingested first
         "plan_ahead": config.plan_ahead,
-        "threads": torch.get_num_threads(),
-        "fallbacks": fallbacks,
+        "threads": config.num_threads,
+        "precision": config.precision,
+        "fallbacks": raw["fallbacks"],
         # CPU seconds per second used by other processes meanwhile (2.0 = both cores taken from us)
-        "other_load": max(0.0, other / wall),
+        "other_load": max(0.0, raw["other_s"] / wall),
         "paced": paced,
         # of which the hypervisor kept the VM's cores for other guests (no priority inside the VM helps)
-        "steal": (steal - steal0) / hz / wall,
+        "steal": raw["steal_s"] / wall,
     }
 
 
@@ -365,7 +438,38 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "configs": {},
     }
+    against = getattr(args, "against", None) or []
+    if against:  # the variant and its reference in alternating blocks; the baseline after them, as usual
+        changes = parse_overrides(against)
+        model_changes = {k.removeprefix("model."): v for k, v in changes.items() if k.startswith("model.")}
+        planner_changes = {k: v for k, v in changes.items() if not k.startswith("model.")}
+        variant_model = model
+        if model_changes:
+            if getattr(args, "model", None):
+                raise ConfigError(
+                    "--against model.KEY=VALUE changes a random-weights preset; not with --model DIR"
+                )
+            variant_model, result["model_against"] = _model(
+                settings, None, getattr(args, "model_preset", None), model_changes
+            )
+        variant = load_planner_config(
+            name, settings["robot"], {**overrides, **planner_changes}, task=settings["task"]
+        )
+        pair = measure_interleaved(
+            {name: (model, configs[name]), AGAINST: (variant_model, variant)},
+            settings,
+            ticks=ticks,
+            scheduling=scheduling,
+            paced=not getattr(args, "unpaced", False),
+        )
+        result["configs"].update(pair)
+        result["against"] = {
+            "settings": list(against),
+            **{f"{k}_ratio": pair[AGAINST][k] / pair[name][k] for k in ("p50_ms", "p99_ms", "cpu_p50_ms")},
+        }
     for config_name, config in configs.items():
+        if config_name in result["configs"]:
+            continue
         baseline_only = config_name == BASELINE and name != BASELINE
         # the authors' settings take ~1 s a tick here: a short run is enough for a ratio
         n = min(ticks, BASELINE_TICKS) if baseline_only else ticks
@@ -404,6 +508,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             )
     if getattr(args, "breakdown", False):
         result["profile"] = {name: profile(model, configs[name], settings, ticks=min(ticks, 100))}
+    for measured in result["configs"].values():
+        measured.pop("raw", None)
     torch.set_num_threads(_DEFAULT_THREADS)
     return result
 
@@ -442,6 +548,19 @@ def summary(result: dict[str, Any]) -> str:
             f"{name}: p99/p50 {r['p99_to_p50']:.2f}; a fixed reference work timed as often, the same way: "
             f"p99/p50 {r['machine_jitter_p99_to_p50']:.2f} (the machine's own jitter); scheduling: {r['scheduling']}"
         )
+    if "against" in result:
+        a = result["against"]
+        first = next(iter(result["configs"]))
+        lines.append(
+            f"{AGAINST} = {first} with {', '.join(a['settings'])}; the two in alternating blocks of "
+            f"{result['configs'][AGAINST]['ticks'] // result['configs'][AGAINST]['blocks']} ticks: "
+            f"{AGAINST} / {first}: p50 {a['p50_ms_ratio']:.2f}x, p99 {a['p99_ms_ratio']:.2f}x, "
+            f"cpu p50 {a['cpu_p50_ms_ratio']:.2f}x"
+        )
+        if "model_against" in result:
+            lines.append(
+                f"{AGAINST}'s world model: {result['model_against']['parameters']} parameters, random weights"
+            )
     if "speedup_p50_vs_gpu_config" in result:
         lines.append(
             f"speed-up of p50 over the gpu config in this run: {result['speedup_p50_vs_gpu_config']:.1f}x"

@@ -106,6 +106,7 @@ class Planner:
         # a diagnostic's view of the search (`simdist plan-audit`): called with each iteration's newly evaluated
         # chunks (n,T,A) and their scores (n,), views of the planner's buffers, to be copied if kept
         self.on_candidates: Callable[[Tensor, Tensor], None] | None = None
+        self._bf16 = config.precision == "bfloat16"
         self._evaluate = self._evaluate_eager
         if config.compile:
             self._evaluate = torch.compile(self._evaluate_eager, dynamic=False)
@@ -195,13 +196,15 @@ class Planner:
 
     def _evaluate_eager(self, ctx: Context, actions: Tensor, command: Tensor) -> Tensor:
         weight = self.config.disagreement_weight
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self._bf16):
+            if weight > 0:
+                latents, spread = self.model.predict_with_disagreement(ctx, actions)
+            else:
+                latents = self.model.predict(ctx, actions)
+            rewards, values = self.model.score(ctx, latents, actions, command, last_value_only=True)
+        rewards, values = rewards.float(), values.float()  # the discounted sum in float32 (bf16: ~3 digits)
         if weight > 0:
-            latents, spread = self.model.predict_with_disagreement(ctx, actions)
-        else:
-            latents = self.model.predict(ctx, actions)
-        rewards, values = self.model.score(ctx, latents, actions, command, last_value_only=True)
-        if weight > 0:
-            rewards = rewards - weight * spread
+            rewards = rewards - weight * spread.float()
         return rewards @ self._discounts + self._terminal * values[:, -1]
 
     def _previous_action(self, prev_action: Tensor | None, elapsed: int, flags: list[str]) -> Tensor | None:
