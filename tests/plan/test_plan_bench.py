@@ -204,6 +204,8 @@ def test_interleaved_blocks_alternate_and_count_every_tick(monkeypatch: pytest.M
     assert out["a"]["ticks"] == out["b"]["ticks"] == 12 and out["a"]["blocks"] == 3
     assert out["a"]["samples_per_tick"] == 10 and out["b"]["samples_per_tick"] == 264
     assert out["b"]["p50_ms"] > out["a"]["p50_ms"] and "raw" in out["a"]
+    # the arithmetic grows with the samples (the context and the policy's chunk are shared): 264 / 10 samples
+    assert 10 < out["b"]["mflop_per_tick"] / out["a"]["mflop_per_tick"] < 264 / 10 + 1
 
 
 def test_against_compares_planner_settings_and_model_sizes_in_one_run() -> None:

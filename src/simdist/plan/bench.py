@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from simdist import robots
 from simdist.config import parse_overrides, read_yaml
@@ -258,7 +259,13 @@ def _measure(
     wall = time.perf_counter() - wall0
     hz = os.sysconf("SC_CLK_TCK")
     busy, steal = _machine_ticks()
+    obs_hist, act_hist, mask, obs, command = inputs[0]
+    with FlopCounterMode(display=False) as flops:  # one more tick, counted: what the arithmetic alone asks
+        with torch.inference_mode():
+            ctx = model.context(obs_hist, act_hist, mask, obs)
+        planner.act(ctx, command)
     raw = {
+        "mflop": [flops.get_total_flops() / 1e6],
         "total": total,
         "context": context,
         "cpu": cpu,
@@ -304,6 +311,10 @@ def _summarise(
         "machine_jitter_p99_to_p50": _percentile(ref, 0.99) / statistics.median(ref),
         "missed_deadlines": sum(t > period for t in total) / ticks,
         "samples_per_tick": evaluated,
+        # floating-point operations of one tick (torch.utils.flop_counter: matrix products and attention), and the
+        # rate they ran at in this process's CPU time: a tick far below the core's peak is overhead, not arithmetic
+        "mflop_per_tick": statistics.median(raw["mflop"]),
+        "gflops_at_cpu_p50": statistics.median(raw["mflop"]) / statistics.median(cpu),
         "iterations": config.iterations,
         "iterations_mean": statistics.fmean(iterations),  # fewer than configured where the budget cut a tick
         "budget_ms": config.budget_ms,
@@ -548,6 +559,13 @@ def summary(result: dict[str, Any]) -> str:
             f"{name}: p99/p50 {r['p99_to_p50']:.2f}; a fixed reference work timed as often, the same way: "
             f"p99/p50 {r['machine_jitter_p99_to_p50']:.2f} (the machine's own jitter); scheduling: {r['scheduling']}"
         )
+    lines.append(
+        "arithmetic per tick (torch.utils.flop_counter): "
+        + ", ".join(
+            f"{name} {r['mflop_per_tick']:.1f} MFLOP ({r['gflops_at_cpu_p50']:.1f} GFLOP/s at its cpu p50)"
+            for name, r in result["configs"].items()
+        )
+    )
     if "against" in result:
         a = result["against"]
         first = next(iter(result["configs"]))
