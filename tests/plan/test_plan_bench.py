@@ -214,7 +214,14 @@ def test_against_compares_planner_settings_and_model_sizes_in_one_run() -> None:
     args = argparse.Namespace(
         task="ur5e",
         config="gpu",  # the baseline itself: no third, slow config in the run
-        overrides=["num_samples=8", "num_policy_samples=2", "iterations=1", "elites=4", "horizon=5"],
+        overrides=[
+            "num_samples=8",
+            "num_policy_samples=2",
+            "iterations=1",
+            "elites=4",
+            "horizon=5",
+            "precision=float32",
+        ],
         ticks=8,
         model=None,
         model_preset="tiny",
