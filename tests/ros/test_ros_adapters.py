@@ -304,3 +304,42 @@ def test_paced_thread_keeps_the_rate_and_skips_overrun_periods() -> None:
     assert paced.missed_after_slow >= 2 and paced.longest_step_s >= 0.035
     assert paced.missed_after_slow + paced.missed_while_waiting == paced.missed
     assert f"{paced.missed} periods missed" in paced.summary()
+
+
+def test_a_stalled_step_dumps_every_threads_stack(capfd: pytest.CaptureFixture[str]) -> None:
+    """A step running past `stall_dump_s` writes each thread's stack to stderr (where it stalled: the step's own
+    frame), once per stall; a step that returns in time writes nothing."""
+    import time
+
+    from simdist_nodes.ros_common import PacedThread
+
+    calls: list[int] = []
+
+    def stalling_step(k: int, target: float) -> None:
+        calls.append(k)
+        if len(calls) == 3:
+            time.sleep(0.25)
+
+    paced = PacedThread(0.02, stalling_step, "test-stall", stall_dump_s=0.1).start()
+    time.sleep(0.6)
+    paced.stop()
+    err = capfd.readouterr().err
+    assert len(calls) >= 5 and err.count("Timeout (0:00:00.100000)!") == 1
+    assert "in stalling_step" in err and err.split("Timeout")[0].strip() == ""  # nothing before the stall
+
+
+@pytest.mark.parametrize(
+    ("env", "chosen"),
+    [
+        ({}, "UDPv4"),
+        ({"FASTDDS_BUILTIN_TRANSPORTS": "SHM"}, "SHM"),
+        ({"FASTRTPS_DEFAULT_PROFILES_FILE": "/etc/fastdds.xml"}, None),
+    ],
+)
+def test_nodes_use_udp_unless_the_user_chose_fast_dds_transports(
+    env: dict[str, str], chosen: str | None
+) -> None:
+    from simdist_nodes.ros_common import prefer_udp_transport
+
+    did = prefer_udp_transport(env)
+    assert did is (chosen == "UDPv4") and env.get("FASTDDS_BUILTIN_TRANSPORTS") == chosen

@@ -3,6 +3,7 @@ to run a node (signals, bad parameters, logging, a shutdown that publishes the f
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import logging.handlers
 import os
@@ -11,7 +12,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 import rclpy
@@ -117,10 +118,22 @@ class PacedThread:
 
     Each skip is attributed: `missed_after_slow` periods followed a step that itself took longer than a period (the
     work was slow), `missed_while_waiting` followed a short step (the thread did not run on time: the CPU or the
-    GIL was elsewhere). `longest_step_s` is the longest step."""
+    GIL was elsewhere). `longest_step_s` is the longest step.
 
-    def __init__(self, period: float, step: Callable[[int, float], None], name: str) -> None:
+    A step still running after `stall_dump_s` dumps every thread's Python stack to stderr (the node's log), from
+    faulthandler's own C thread, which needs no GIL: a stall shows where each thread was, even one that holds the GIL
+    in C. None: no dumps."""
+
+    def __init__(
+        self,
+        period: float,
+        step: Callable[[int, float], None],
+        name: str,
+        *,
+        stall_dump_s: float | None = None,
+    ) -> None:
         self.period = period
+        self.stall_dump_s = stall_dump_s
         self._step = step
         self._stop = threading.Event()
         self.missed = 0
@@ -153,7 +166,13 @@ class PacedThread:
                 k += skipped
                 target = t0 + k * self.period
             began = time.monotonic()
-            self._step(k, target)
+            if self.stall_dump_s is not None:
+                faulthandler.dump_traceback_later(self.stall_dump_s)
+            try:
+                self._step(k, target)
+            finally:
+                if self.stall_dump_s is not None:
+                    faulthandler.cancel_dump_traceback_later()
             last_step = time.monotonic() - began
             self.longest_step_s = max(self.longest_step_s, last_step)
             k += 1
@@ -179,6 +198,28 @@ def parameter_error(name: str, exc: BaseException) -> str:
     return f"{name}: error: {exc}"
 
 
+# Fast DDS's environment: transports chosen by the user, or a profiles file that may choose them.
+FASTDDS_CHOICES = (
+    "FASTDDS_BUILTIN_TRANSPORTS",
+    "FASTRTPS_DEFAULT_PROFILES_FILE",
+    "FASTDDS_DEFAULT_PROFILES_FILE",
+)
+
+
+def prefer_udp_transport(env: MutableMapping[str, str] = os.environ) -> bool:
+    """Make this process's Fast DDS participant use UDP only (loopback between nodes on one computer), unless the
+    user chose Fast DDS transports or a profiles file. Returns whether it did.
+
+    With Fast DDS's default shared-memory transport beside UDP, a publish on the control thread was seen to block for
+    ~320 ms (rcl_publish holds the GIL: the whole node stops) around another participant joining or leaving the
+    domain: 3 of 12 runs of the hot-swap test under CPU load; UDP only: 0 of 16 (docs/results.md). The stack's
+    messages are small (vectors, 64 x 64 frames): shared memory bought nothing worth that stall."""
+    if any(key in env for key in FASTDDS_CHOICES):
+        return False
+    env["FASTDDS_BUILTIN_TRANSPORTS"] = "UDPv4"
+    return True
+
+
 def run_node(
     make: Callable[[], Node],
     *,
@@ -193,6 +234,7 @@ def run_node(
 
     rclpy's own signal handler is off: it would shut the context down before `on_shutdown` could publish.
     """
+    prefer_udp_transport()  # before the participant exists
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     stop = threading.Event()
 
