@@ -307,7 +307,7 @@ def test_paced_thread_keeps_the_rate_and_skips_overrun_periods() -> None:
 
 
 def test_a_stalled_step_dumps_every_threads_stack(capfd: pytest.CaptureFixture[str]) -> None:
-    """A step running past `stall_dump_s` writes each thread's stack to stderr (where it stalled: the step's own
+    """A step running past `stall_dump_periods` writes each thread's stack to stderr (where it stalled: the step's own
     frame), once per stall; a step that returns in time writes nothing."""
     import time
 
@@ -320,7 +320,7 @@ def test_a_stalled_step_dumps_every_threads_stack(capfd: pytest.CaptureFixture[s
         if len(calls) == 3:
             time.sleep(0.25)
 
-    paced = PacedThread(0.02, stalling_step, "test-stall", stall_dump_s=0.1).start()
+    paced = PacedThread(0.02, stalling_step, "test-stall", stall_dump_periods=5).start()
     time.sleep(0.6)
     paced.stop()
     err = capfd.readouterr().err

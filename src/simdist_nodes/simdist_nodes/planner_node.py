@@ -45,7 +45,6 @@ from simdist_nodes.ros_common import (
 )
 
 RATE_WARN_FACTOR = 1.5  # warn when a tick comes this many periods after the previous one
-STALL_DUMP_PERIODS = 10  # a tick running this many periods dumps every thread's stack to the log
 
 
 class PlannerNode(Node):
@@ -158,9 +157,7 @@ class PlannerNode(Node):
         self._k0: int | None = None
         self._last_tick: float | None = None
         self._closing = False
-        self.control = PacedThread(
-            self.period, self._control_tick, "simdist-control", stall_dump_s=STALL_DUMP_PERIODS * self.period
-        ).start()
+        self.control = PacedThread(self.period, self._control_tick, "simdist-control").start()
 
     # -- callbacks ---------------------------------------------------------------------------------------------
     def _publish(self, topic: str, msg: Any) -> None:

@@ -111,6 +111,11 @@ class _LogBridge:
         self._listener.stop()
 
 
+STALL_DUMP_PERIODS = (
+    10  # a control step running this many periods dumps every thread's stack to the node's log
+)
+
+
 class PacedThread:
     """Calls `step(k, target)` once per period on its own thread, on the clock: a late call skips the periods it
     overran (`missed` counts them) instead of bursting to catch up. Kept out of the rclpy executor, whose Python
@@ -120,9 +125,9 @@ class PacedThread:
     work was slow), `missed_while_waiting` followed a short step (the thread did not run on time: the CPU or the
     GIL was elsewhere). `longest_step_s` is the longest step.
 
-    A step still running after `stall_dump_s` dumps every thread's Python stack to stderr (the node's log), from
-    faulthandler's own C thread, which needs no GIL: a stall shows where each thread was, even one that holds the GIL
-    in C. None: no dumps."""
+    A step still running after `stall_dump_periods` periods dumps every thread's Python stack to stderr (the node's
+    log), from faulthandler's own C thread, which needs no GIL: a stall shows where each thread was, even one that
+    holds the GIL in C. None: no dumps. faulthandler has one such timer per process: one dumping thread a process."""
 
     def __init__(
         self,
