@@ -111,9 +111,8 @@ class _LogBridge:
         self._listener.stop()
 
 
-STALL_DUMP_PERIODS = (
-    10  # a control step running this many periods dumps every thread's stack to the node's log
-)
+# A control step running this many periods dumps every thread's stack to the node's log.
+STALL_DUMP_PERIODS = 10
 
 
 class PacedThread:
@@ -135,10 +134,10 @@ class PacedThread:
         step: Callable[[int, float], None],
         name: str,
         *,
-        stall_dump_s: float | None = None,
+        stall_dump_periods: float | None = STALL_DUMP_PERIODS,
     ) -> None:
         self.period = period
-        self.stall_dump_s = stall_dump_s
+        self.stall_dump_s = None if stall_dump_periods is None else stall_dump_periods * period
         self._step = step
         self._stop = threading.Event()
         self.missed = 0
