@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable
 from typing import Any
 
 import rclpy
@@ -202,28 +202,6 @@ def parameter_error(name: str, exc: BaseException) -> str:
     return f"{name}: error: {exc}"
 
 
-# Fast DDS's environment: transports chosen by the user, or a profiles file that may choose them.
-FASTDDS_CHOICES = (
-    "FASTDDS_BUILTIN_TRANSPORTS",
-    "FASTRTPS_DEFAULT_PROFILES_FILE",
-    "FASTDDS_DEFAULT_PROFILES_FILE",
-)
-
-
-def prefer_udp_transport(env: MutableMapping[str, str] = os.environ) -> bool:
-    """Make this process's Fast DDS participant use UDP only (loopback between nodes on one computer), unless the
-    user chose Fast DDS transports or a profiles file. Returns whether it did.
-
-    With Fast DDS's default shared-memory transport beside UDP, a publish on the control thread was seen to block for
-    ~320 ms (rcl_publish holds the GIL: the whole node stops) around another participant joining or leaving the
-    domain: 3 of 12 runs of the hot-swap test under CPU load; UDP only: 0 of 16 (docs/results.md). The stack's
-    messages are small (vectors, 64 x 64 frames): shared memory bought nothing worth that stall."""
-    if any(key in env for key in FASTDDS_CHOICES):
-        return False
-    env["FASTDDS_BUILTIN_TRANSPORTS"] = "UDPv4"
-    return True
-
-
 def run_node(
     make: Callable[[], Node],
     *,
@@ -238,7 +216,6 @@ def run_node(
 
     rclpy's own signal handler is off: it would shut the context down before `on_shutdown` could publish.
     """
-    prefer_udp_transport()  # before the participant exists
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     stop = threading.Event()
 
