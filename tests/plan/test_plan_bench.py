@@ -40,7 +40,7 @@ def test_the_measured_latency_is_the_ticks_own(monkeypatch: pytest.MonkeyPatch) 
     slowed = plan_bench.measure(model, cfg, settings, ticks=8, warmup=1, paced=False)
     # every slowed tick holds the sleep; the fastest ticks of each (the least disturbed by other processes on a
     # loaded machine, where the p50 of 8 ticks can move by more than the sleep) differ by it
-    assert min(slowed["raw"]["total"]) >= 15.0 and slowed["p50_ms"] >= 15.0
+    assert min(slowed["raw"]["total"]) >= 15.0
     assert min(slowed["raw"]["total"]) - min(fast["raw"]["total"]) >= 10.0
 
 
