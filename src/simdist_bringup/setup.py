@@ -41,6 +41,7 @@ setup(
         (f"share/{PACKAGE}", ["package.xml"]),
         *tree("launch", "*.launch.py"),
         *tree("config", "*.yaml"),
+        *tree("config", "*.xml"),
     ],
     install_requires=["setuptools"],
     zip_safe=True,

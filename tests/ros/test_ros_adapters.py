@@ -326,3 +326,35 @@ def test_a_stalled_step_dumps_every_threads_stack(capfd: pytest.CaptureFixture[s
     err = capfd.readouterr().err
     assert len(calls) >= 5 and err.count("Timeout (0:00:00.100000)!") == 1
     assert "in stalling_step" in err and err.split("Timeout")[0].strip() == ""  # nothing before the stall
+
+
+@pytest.mark.parametrize(
+    ("env", "chosen"),
+    [
+        ({}, "UDPv4"),
+        ({"FASTDDS_BUILTIN_TRANSPORTS": "SHM"}, "SHM"),
+        ({"FASTRTPS_DEFAULT_PROFILES_FILE": "/etc/fastdds.xml"}, None),
+    ],
+)
+def test_nodes_use_udp_unless_the_user_chose_fast_dds_transports(
+    env: dict[str, str], chosen: str | None
+) -> None:
+    from simdist_nodes.ros_common import prefer_udp_transport
+
+    did = prefer_udp_transport(env)
+    assert did is (chosen == "UDPv4") and env.get("FASTDDS_BUILTIN_TRANSPORTS") == chosen
+
+
+@pytest.mark.parametrize(
+    ("env", "forced"),
+    [
+        ({}, False),
+        ({"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}, True),
+        ({"ROS_LOCALHOST_ONLY": "1"}, True),
+        ({"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "RMW_IMPLEMENTATION": "rmw_cyclonedds_cpp"}, False),
+    ],
+)
+def test_shared_memory_is_forced_only_by_fast_dds_on_localhost(env: dict[str, str], forced: bool) -> None:
+    from simdist_nodes.ros_common import shared_memory_forced
+
+    assert shared_memory_forced(env) is forced

@@ -278,7 +278,9 @@ def test_bad_parameter_is_one_line_naming_node_and_parameter(
     assert "Traceback" not in proc.output()
 
 
-def test_camera_node_takes_a_device_index_and_streams_a_video(tmp_path: Path) -> None:
+def test_camera_node_takes_a_device_index_and_streams_a_video(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # `-p source:=0` is an integer to ROS: taken as device 0 (absent here), not refused as a wrong type
     proc = start_node(
         "simdist_nodes",
@@ -308,7 +310,9 @@ def test_camera_node_takes_a_device_index_and_streams_a_video(tmp_path: Path) ->
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import Image
 
-    os.environ["ROS_DOMAIN_ID"], os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = str(domain), "LOCALHOST"
+    for key in ("ROS_DOMAIN_ID", "FASTRTPS_DEFAULT_PROFILES_FILE"):  # this process joins the node's graph
+        if key in (env := ros_env(domain)):
+            monkeypatch.setenv(key, env[key])
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=domain)
     try:
@@ -323,9 +327,12 @@ def test_camera_node_takes_a_device_index_and_streams_a_video(tmp_path: Path) ->
         node.destroy_node()
     finally:
         rclpy.shutdown(context=context)
+    # Fast DDS in the node kept to UDP: no shared-memory threads (the transport that stalled the control loop)
+    threads = {p.read_text().strip() for p in Path(f"/proc/{proc.popen.pid}/task").glob("*/comm")}
     proc.signal(signal.SIGINT)
     assert proc.wait(20) == 0, proc.output()[-2000:]
     assert len(got) >= 10, proc.output()[-2000:]
+    assert any(t.startswith("dds.udp") for t in threads) and not any(t.startswith("dds.shm") for t in threads)
     assert (got[0].width, got[0].height, got[0].encoding) == (32, 24, "rgb8")
     assert len({bytes(m.data[:3]) for m in got}) > 1  # the frames change: a live stream, not one frame again
 
@@ -496,3 +503,21 @@ def test_go2_proprio_node_drives_the_robot_over_its_own_dds(
     assert len(proprio) >= planner["ticks"] - 2 and np.isfinite(proprio).all()
     # the robot's joints were measured moving (the stand-in follows the targets the planner sent)
     assert float(proprio[:, 6:18].std(axis=0).max()) > 1e-3  # gyro 3, gravity 3, then joints - stand
+
+
+def test_stall_probe_times_every_publish_while_peers_come_and_go(tmp_path: Path) -> None:
+    """`python -m simdist_nodes.stall_probe` (docs/results.md, "A hot swap across processes"): paced publishes, all
+    timed, while peer processes join the domain and leave or die; its figures saved as JSON."""
+    domain, out, seconds = _domain(), tmp_path / "probe.json", 6.0
+    cmd = [sys.executable, "-m", "simdist_nodes.stall_probe", "--seconds", str(seconds), "--busy", "0"]
+    cmd += ["--domain", str(domain), "--transport", "udp", "--out", str(out)]
+    run = subprocess.run(cmd, env=ros_env(domain), capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(out.read_text())
+    assert got["transport"] == "UDPv4"
+    # four topics a period at 50 Hz, paced: a slow machine may lose periods, never add them
+    assert 0.5 * seconds * 50 * 4 <= got["publishes"] <= (seconds * 50 + 2) * 4
+    assert got["peers_joined"] >= 1 and got["over_10_periods"] == len(got["stalls"])
+    assert 0 < got["p50_us"] <= got["max_ms"] * 1000
+    bad = subprocess.run([*cmd[:3], "--seconds", "0"], env=ros_env(domain), capture_output=True, text=True)
+    assert bad.returncode == 2 and "--seconds must be > 0" in bad.stderr

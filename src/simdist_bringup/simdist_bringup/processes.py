@@ -46,11 +46,42 @@ def console_scripts(package: str) -> dict[str, str]:
     raise AssertionError(f"{package}: no console_scripts")
 
 
+# Fast DDS kept to UDP on loopback (the repository's config/dds; an install's share/simdist_bringup/config/dds).
+LOOPBACK_PROFILE = next(
+    (
+        p
+        for p in (
+            SRC.parent / "config" / "dds" / "fastdds_loopback_udp.xml",
+            Path(__file__).resolve().parents[4]
+            / "share"
+            / "simdist_bringup"
+            / "config"
+            / "dds"
+            / "fastdds_loopback_udp.xml",
+        )
+        if p.is_file()
+    ),
+    None,
+)
+FASTDDS_CHOICES = (
+    "FASTDDS_BUILTIN_TRANSPORTS",
+    "FASTRTPS_DEFAULT_PROFILES_FILE",
+    "FASTDDS_DEFAULT_PROFILES_FILE",
+)
+
+
 def ros_env(domain: int) -> dict[str, str]:
+    """The environment of a stack's processes: the caller's, in ROS domain `domain`, on this computer only. Not
+    ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST: under it rmw_fastrtps adds shared memory, whose writes stalled the
+    control loop (config/dds/fastdds_loopback_udp.xml says how); that profile keeps Fast DDS to UDP on loopback
+    unless the caller chose Fast DDS transports or profiles."""
+    from simdist_nodes.ros_common import FASTDDS_CHOICES
+
     env = dict(os.environ)
+    if LOOPBACK_PROFILE is not None and not any(key in env for key in FASTDDS_CHOICES):
+        env["FASTRTPS_DEFAULT_PROFILES_FILE"] = str(LOOPBACK_PROFILE)
     env.update(
         ROS_DOMAIN_ID=str(domain),
-        ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
         PYTHONPATH=os.pathsep.join([*PACKAGE_PATHS, env.get("PYTHONPATH", "")]),
         PYTHONUNBUFFERED="1",
         RCUTILS_COLORIZED_OUTPUT="0",

@@ -3,6 +3,7 @@ to run a node (signals, bad parameters, logging, a shutdown that publishes the f
 
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import logging
 import logging.handlers
@@ -12,7 +13,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 import rclpy
@@ -117,6 +118,15 @@ class _LogBridge:
 STALL_DUMP_PERIODS = float(os.environ.get("SIMDIST_STALL_DUMP_PERIODS", "0")) or None
 
 
+def _name_os_thread(name: str) -> None:
+    """Give the calling thread `name` in the kernel too (Linux, 15 characters), so `top -H`, `ps -L` and a debugger
+    show which thread is the control loop. Best effort: elsewhere nothing happens."""
+    try:
+        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
 class PacedThread:
     """Calls `step(k, target)` once per period on its own thread, on the clock: a late call skips the periods it
     overran (`missed` counts them) instead of bursting to catch up. Kept out of the rclpy executor, whose Python
@@ -154,6 +164,7 @@ class PacedThread:
         return self
 
     def _run(self) -> None:
+        _name_os_thread(self._thread.name)
         t0 = time.monotonic()
         k = 0
         last_step = 0.0
@@ -205,6 +216,44 @@ def parameter_error(name: str, exc: BaseException) -> str:
     return f"{name}: error: {exc}"
 
 
+# Fast DDS's environment: transports chosen by the user, or a profiles file that may choose them.
+FASTDDS_CHOICES = (
+    "FASTDDS_BUILTIN_TRANSPORTS",
+    "FASTRTPS_DEFAULT_PROFILES_FILE",
+    "FASTDDS_DEFAULT_PROFILES_FILE",
+)
+
+
+def prefer_udp_transport(env: MutableMapping[str, str] = os.environ) -> bool:
+    """Make this process's Fast DDS participant use UDP only, unless the user chose Fast DDS transports or a
+    profiles file. Returns whether it did.
+
+    Fast DDS's shared-memory transport, on by default beside UDP, blocked the planner's command publish for ~330 ms
+    (rcl_publish holds the GIL: the whole node stops) while another process joined the graph or died: its writer
+    waits on the other process's port (a lock in shared memory, or opening the port), and a peer that is starved of
+    CPU or was SIGKILLed holds it up (native stacks and counts in docs/results.md, "A hot swap across processes").
+    The stack's messages are small (vectors, 64 x 64 frames): shared memory buys nothing worth that stall.
+
+    Under ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST (or ROS_LOCALHOST_ONLY=1) rmw_fastrtps adds shared memory whatever
+    this says (`shared_memory_forced`); config/dds/fastdds_loopback_udp.xml keeps one computer's graph on loopback
+    without it."""
+    if any(key in env for key in FASTDDS_CHOICES):
+        return False
+    env["FASTDDS_BUILTIN_TRANSPORTS"] = "UDPv4"
+    return True
+
+
+def shared_memory_forced(env: Mapping[str, str] = os.environ) -> bool:
+    """Whether rmw_fastrtps adds its shared-memory transport whatever FASTDDS_BUILTIN_TRANSPORTS or a profiles file
+    say: the discovery range is localhost only (seen with rmw_fastrtps 8.4, Jazzy)."""
+    fast_dds = env.get("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp").startswith("rmw_fastrtps")
+    localhost = (
+        env.get("ROS_AUTOMATIC_DISCOVERY_RANGE", "").upper() == "LOCALHOST"
+        or env.get("ROS_LOCALHOST_ONLY") == "1"
+    )
+    return fast_dds and localhost
+
+
 def run_node(
     make: Callable[[], Node],
     *,
@@ -219,6 +268,7 @@ def run_node(
 
     rclpy's own signal handler is off: it would shut the context down before `on_shutdown` could publish.
     """
+    prefer_udp_transport()  # before the participant exists
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     stop = threading.Event()
 
@@ -236,6 +286,12 @@ def run_node(
                 raise
             print(parameter_error(name, exc), file=sys.stderr)
             return 2
+        if shared_memory_forced():
+            node.get_logger().warning(
+                "ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST: Fast DDS adds shared memory, whose writes can stall this "
+                "node ~330 ms while another process joins or dies; for one computer use SUBNET with "
+                "FASTRTPS_DEFAULT_PROFILES_FILE=config/dds/fastdds_loopback_udp.xml"
+            )
         bridge = _LogBridge(node)
         executor: Executor = (
             SingleThreadedExecutor() if threads == 1 else MultiThreadedExecutor(num_threads=threads)
