@@ -403,12 +403,10 @@ def test_finetune_process_hot_swaps_into_the_running_planner(go2_run: dict, tmp_
     gaps = [(e["time_ns"], e["ticks"]) for e in events if e["event"] == schema.TICKS_GAP]
     span = [e["time_ns"] for e in events if e["event"] in (schema.RUN_START, schema.RUN_END)]
     assert len(swaps) == 2 and len(span) == 2, (swaps, span)
-    # A step that stalled inside rclpy's publish of the command (a DDS write holding the GIL ~320 ms, seen with and
-    # without a swap near; docs/results.md "A hot swap across processes") is DDS's, not the swap's: it is taken out
-    # of the swap's count when the planner's log says so (that tick's time all but entirely in "actuate").
+    # No DDS write may block the control loop: Fast DDS's shared memory did, ~330 ms inside rclpy's publish while
+    # another process joined or died, until the stack kept to UDP (docs/results.md "A hot swap across processes").
     stalls = _publish_stalls(procs["planner_node"].output())
-    publish = [(g, n) for g, n in gaps if any(-50e6 <= g - t <= 100e6 for t in stalls)]
-    gaps = [gap for gap in gaps if gap not in publish]
+    assert not stalls, f"publishes stalled the control loop at {stalls} (ns, the bag's clock)"
     near = [(i, round((g - t) / 1e6), n) for g, n in gaps for i, t in enumerate(swaps) if abs(g - t) < 0.5e9]
     per_swap = [sum(n for i, _, n in near if i == j) for j in range(2)]
     away = sum(n for g, n in gaps if all(abs(g - t) >= 0.5e9 for t in swaps))
@@ -416,17 +414,20 @@ def test_finetune_process_hot_swaps_into_the_running_planner(go2_run: dict, tmp_
     allowed = 2 + _poisson_bound(rate * 1.0, 1e-3)
     assert max(per_swap) <= allowed, (
         f"gaps (swap, ms from it, ticks): {near}; {len(gaps)} gaps, {away} ticks lost away from the swaps "
-        f"({rate:.2f}/s), {allowed} allowed per swap; in a stalled publish, not counted: {publish}"
+        f"({rate:.2f}/s), {allowed} allowed per swap"
     )
 
 
 def _publish_stalls(log: str) -> list[int]:
     """Wall-clock times (ns, as the bag's) of the planner's slow ticks that spent 90 % of their time, and at least
-    ten periods, in "actuate" (publishing the command)."""
+    ten periods, publishing ("actuate": the command; "log": the per-tick topics)."""
     times = []
-    pattern = r"\[(\d+)\.(\d+)\] \[simdist_planner\]: .*? took ([\d.]+) ms \(swap [\d.]+, read [\d.]+, plan [\d.]+, actuate ([\d.]+)"
-    for sec, nsec, took, actuate in re.findall(pattern, log):
-        if float(actuate) >= 0.9 * float(took) and float(took) >= 200.0:
+    pattern = (
+        r"\[(\d+)\.(\d+)\] \[simdist_planner\]: .*? took ([\d.]+) ms "
+        r"\(swap [\d.]+, read [\d.]+, plan [\d.]+, actuate ([\d.]+), log ([\d.]+)"
+    )
+    for sec, nsec, took, actuate, logged in re.findall(pattern, log):
+        if float(actuate) + float(logged) >= 0.9 * float(took) and float(took) >= 200.0:
             times.append(int(sec) * 1_000_000_000 + int(nsec))
     return times
 
