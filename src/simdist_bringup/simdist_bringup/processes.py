@@ -46,28 +46,11 @@ def console_scripts(package: str) -> dict[str, str]:
     raise AssertionError(f"{package}: no console_scripts")
 
 
-# Fast DDS kept to UDP on loopback (the repository's config/dds; an install's share/simdist_bringup/config/dds).
-LOOPBACK_PROFILE = next(
-    (
-        p
-        for p in (
-            SRC.parent / "config" / "dds" / "fastdds_loopback_udp.xml",
-            Path(__file__).resolve().parents[4]
-            / "share"
-            / "simdist_bringup"
-            / "config"
-            / "dds"
-            / "fastdds_loopback_udp.xml",
-        )
-        if p.is_file()
-    ),
-    None,
-)
-FASTDDS_CHOICES = (
-    "FASTDDS_BUILTIN_TRANSPORTS",
-    "FASTRTPS_DEFAULT_PROFILES_FILE",
-    "FASTDDS_DEFAULT_PROFILES_FILE",
-)
+# Fast DDS kept to UDP on loopback: the repository's config/dds, or an install's share/simdist_bringup/config/dds
+# (colcon: install/simdist_bringup/lib/pythonX.Y/site-packages/simdist_bringup/processes.py).
+_PROFILE = Path("config") / "dds" / "fastdds_loopback_udp.xml"
+_SHARE = Path(__file__).resolve().parents[4] / "share" / "simdist_bringup"
+LOOPBACK_PROFILE = next((d / _PROFILE for d in (SRC.parent, _SHARE) if (d / _PROFILE).is_file()), None)
 
 
 def ros_env(domain: int) -> dict[str, str]:

@@ -4,11 +4,11 @@
 
 This process publishes as the planner does (the robot command at 50 Hz with the stack's QoS, and three per-tick
 topics, transient local), timing every publish, and takes a robot state. Beside it, peer processes keep joining the
-domain: each subscribes to those topics and publishes the state with the stack's QoS, computes on every core for 2-5 s (as a finetune does), and then either leaves
-or is SIGKILLed (a node that crashes, as the planner in the watchdog tests); `--busy` processes load the cores
-meanwhile. Printed (and saved with `--out`): the publishes, their p50 and maximum, how many took over two periods
-(40 ms) and over ten (200 ms), and for each of the latter its wall and CPU time (CPU time near zero: the thread was
-blocked, not busy).
+domain: each subscribes to those topics and publishes the state with the stack's QoS, computes on every core for
+2-5 s (as a finetune does), and then either leaves or is SIGKILLed (a node that crashes, as the planner in the
+watchdog tests); `--busy` processes load the cores meanwhile. Printed (and saved with `--out`): the publishes, their
+p50 and maximum, how many took over two periods (40 ms) and over ten (200 ms), and for each of the latter its wall
+and CPU time (CPU time near zero: the thread was blocked, not busy).
 
 `--transport`: `nodes` (what the simdist nodes choose, `ros_common.prefer_udp_transport`), `udp` (UDPv4 only) or
 `default` (Fast DDS's own default, shared memory beside UDP: no transports or profiles file from the environment).
@@ -47,7 +47,7 @@ def _choose_transport(choice: str) -> None:
 
 
 def _peer(domain: int, seed: int) -> None:
-    """Join, subscribe as the stack's readers do, burn a CPU for 2-5 s, then leave or die without leaving."""
+    """Join, subscribe and publish as the stack's nodes do, compute for 2-5 s, then leave or die without leaving."""
     import rclpy
     from std_msgs.msg import Float32MultiArray
 
