@@ -46,6 +46,10 @@ VERBS: dict[str, tuple[str, str]] = {
         "simdist.experiment.grid",
         "planner settings against dynamics versions, lockstep, on sim:PROFILE (planning strength vs model quality)",
     ),
+    "plan-grid-read": (
+        "simdist.experiment.grid_read",
+        "plan-grid results over seeds: means and paired differences against a reference setting",
+    ),
     "experiment-merge": (
         "simdist.experiment.merge",
         "one report from experiment runs made apart (seeds in parallel, the oracle on its own)",

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -83,3 +85,46 @@ def test_a_setting_keeps_a_list_value_whole() -> None:
     name, changes = grid.parse_setting("slow:policy_command_scales=[0.75,0.5],num_policy_samples=12")
     assert name == "slow"
     assert changes == {"policy_command_scales": [0.75, 0.5], "num_policy_samples": 12}
+
+
+def _grid(cells: dict[str, list[float]], falls: int = 0) -> dict:
+    return {"cells": {k: {"per_episode": v, "falls": falls} for k, v in cells.items()}}
+
+
+def test_the_read_pairs_episodes_over_seeds_against_the_reference(tmp_path: Path, capsys) -> None:
+    from simdist.experiment.grid_read import read
+
+    seed0 = _grid({"v0002 ref": [1.0, 2.0, 3.0], "v0002 wide": [2.0, 2.0, 5.0], "v0000 ref": [0.5, 0.5, 0.5]})
+    seed1 = _grid(
+        {"v0002 ref": [3.0, 2.0, 1.0], "v0002 wide": [3.0, 4.0, 1.0], "v0000 ref": [0.5, 0.5, 0.5]}, 2
+    )
+    cells = {(c.version, c.setting): c for c in read([seed0, seed1], "ref")}
+    wide = cells[("v0002", "wide")]
+    # seeds averaged per episode: wide (2.5, 3.0, 3.0), ref (2.0, 2.0, 2.0); differences (0.5, 1.0, 1.0)
+    assert wide.mean == pytest.approx(17 / 6) and wide.falls == 2 and wide.episodes == 3
+    assert wide.diff == pytest.approx(2.5 / 3)
+    assert wide.diff_se == pytest.approx(np.std([0.5, 1.0, 1.0], ddof=1) / np.sqrt(3))
+    assert cells[("v0002", "ref")].diff is None and cells[("v0000", "ref")].mean == pytest.approx(0.5)
+    # unpaired, the seeds' spread would count: the paired SE is the one the rules read
+    for i, g in enumerate((seed0, seed1)):
+        (tmp_path / f"g{i}.json").write_text(json.dumps(g))
+    assert (
+        main(["plan-grid-read", str(tmp_path / "g0.json"), str(tmp_path / "g1.json"), "--reference", "ref"])
+        == 0
+    )
+    assert "+0.833" in capsys.readouterr().out
+
+
+def test_a_bad_grid_to_read_is_one_line(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main(["plan-grid-read", str(bad), "--reference", "ref"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    good = tmp_path / "g.json"
+    good.write_text(json.dumps(_grid({"v0002 ref": [1.0]})))
+    assert main(["plan-grid-read", str(good), "--reference", "other"]) == 2
+    assert "no such setting" in capsys.readouterr().err
+    same = tmp_path / "same.json"  # every pair differs alike: SE 0, read without dividing by it
+    same.write_text(json.dumps(_grid({"v0002 ref": [1.0, 2.0], "v0002 up": [1.5, 2.5]})))
+    assert main(["plan-grid-read", str(same), "--reference", "ref"]) == 0
+    assert "+0.500" in capsys.readouterr().out

@@ -1,0 +1,113 @@
+"""`simdist plan-grid-read`: plan-grid results read over seeds, the way the pre-registered rules in docs/results.md
+read them.
+
+Each grid.json is one seed's grid (`simdist plan-grid --out`), every cell measured on the same evaluation episodes.
+A cell's per-episode values are averaged over the seeds episode by episode; each setting is then compared with a
+reference setting on the same dynamics version, paired by episode: the mean difference and its standard error
+(the spread of the per-episode differences over the square root of their number).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simdist.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Cell:
+    version: str  # "v0002"
+    setting: str  # "s32it3"
+    mean: float  # over episodes of the seeds' per-episode mean
+    falls: int  # summed over the seeds
+    episodes: int  # per seed
+    diff: float | None = None  # against the reference setting of the same version, paired by episode
+    diff_se: float | None = None
+
+
+def load(paths: list[Path]) -> list[dict[str, Any]]:
+    grids = []
+    for path in paths:
+        try:
+            grid = json.loads(path.read_text())
+            grid["cells"]  # noqa: B018  (a grid has cells)
+        except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise ConfigError(f"{path}: not a plan-grid result ({exc})") from None
+        grids.append(grid)
+    return grids
+
+
+def read(grids: list[dict[str, Any]], reference: str) -> list[Cell]:
+    """The cells present in every grid, each with its paired difference to `reference` on its version."""
+    if not grids:
+        raise ConfigError("no grids to read")
+    keys = [k for k in grids[0]["cells"] if all(k in g["cells"] for g in grids)]
+    per_episode: dict[str, np.ndarray] = {}
+    for key in keys:
+        rows = [np.asarray(g["cells"][key]["per_episode"], dtype=float) for g in grids]
+        if len({len(r) for r in rows}) != 1:
+            raise ConfigError(
+                f"cell '{key}': the grids have {[len(r) for r in rows]} episodes; pair equal ones"
+            )
+        per_episode[key] = np.mean(rows, axis=0)
+    cells = []
+    for key in keys:
+        version, _, setting = key.partition(" ")
+        values = per_episode[key]
+        ref = per_episode.get(f"{version} {reference}")
+        diff = diff_se = None
+        if ref is not None and setting != reference:
+            if len(ref) != len(values):
+                raise ConfigError(f"cell '{key}': {len(values)} episodes against the reference's {len(ref)}")
+            d = values - ref
+            diff = float(d.mean())
+            diff_se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
+        cells.append(
+            Cell(
+                version=version,
+                setting=setting,
+                mean=float(values.mean()),
+                falls=sum(int(g["cells"][key]["falls"]) for g in grids),
+                episodes=len(values),
+                diff=diff,
+                diff_se=diff_se,
+            )
+        )
+    return cells
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("grids", nargs="+", type=Path, help="grid.json files, one per seed")
+    parser.add_argument("--reference", required=True, help="the setting every other is compared with")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    cells = read(load(args.grids), args.reference)
+    if not any(c.setting == args.reference for c in cells):
+        raise ConfigError(f"--reference {args.reference}: no such setting in every grid")
+    table = Table(title=f"{len(args.grids)} seed(s), per-episode values averaged over the seeds")
+    for column in ("dynamics", "setting", "mean", "falls", f"- {args.reference} (paired)", "SE", "in SE"):
+        table.add_column(column, justify="left" if column in ("dynamics", "setting") else "right")
+    for c in cells:
+        paired = (
+            ("", "", "")
+            if c.diff is None
+            else (f"{c.diff:+.3f}", f"{c.diff_se:.3f}", _in_se(c.diff, c.diff_se))
+        )
+        table.add_row(c.version, c.setting, f"{c.mean:.3f}", str(c.falls), *paired)
+    Console().print(table)
+    return 0
+
+
+def _in_se(diff: float, se: float | None) -> str:
+    """The difference in standard errors; blank where the SE is zero or unknown (one episode, identical pairs)."""
+    return f"{diff / se:+.1f}" if se and np.isfinite(se) else ""
