@@ -120,6 +120,9 @@ def test_a_bad_grid_to_read_is_one_line(tmp_path: Path, capsys) -> None:
     bad.write_text("{not json")
     assert main(["plan-grid-read", str(bad), "--reference", "ref"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+    bad.write_text("[1, 2]")  # JSON, but not a grid
+    assert main(["plan-grid-read", str(bad), "--reference", "ref"]) == 2
+    assert "not a plan-grid result (no cells)" in capsys.readouterr().err
     good = tmp_path / "g.json"
     good.write_text(json.dumps(_grid({"v0002 ref": [1.0]})))
     assert main(["plan-grid-read", str(good), "--reference", "other"]) == 2

@@ -36,9 +36,10 @@ def load(paths: list[Path]) -> list[dict[str, Any]]:
     for path in paths:
         try:
             grid = json.loads(path.read_text())
-            grid["cells"]  # noqa: B018  (a grid has cells)
-        except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        except (OSError, json.JSONDecodeError) as exc:
             raise ConfigError(f"{path}: not a plan-grid result ({exc})") from None
+        if not isinstance(grid, dict) or not isinstance(grid.get("cells"), dict):
+            raise ConfigError(f"{path}: not a plan-grid result (no cells)")
         grids.append(grid)
     return grids
 

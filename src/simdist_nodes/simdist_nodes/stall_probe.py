@@ -175,12 +175,11 @@ def main(argv: list[str] | None = None) -> int:
         _peer(args.domain, args.peer)
         return 0
     result = probe(args.seconds, args.domain, args.busy, args.transport)
-    text = json.dumps(result, indent=1)
-    print(text)
+    print(json.dumps(result, indent=1))
     if args.out:
-        tmp = args.out.with_suffix(args.out.suffix + ".tmp")
-        tmp.write_text(text + "\n")
-        os.replace(tmp, args.out)
+        from simdist import atomic
+
+        atomic.write_json(args.out, result)
     return 0
 
 
