@@ -131,3 +131,32 @@ def test_a_bad_grid_to_read_is_one_line(tmp_path: Path, capsys) -> None:
     same.write_text(json.dumps(_grid({"v0002 ref": [1.0, 2.0], "v0002 up": [1.5, 2.5]})))
     assert main(["plan-grid-read", str(same), "--reference", "ref"]) == 0
     assert "+0.500" in capsys.readouterr().out
+
+
+def test_another_models_cell_can_be_the_reference(tmp_path: Path, capsys) -> None:
+    def write(name: str, cells: dict[str, list[float]], **fields: str) -> str:
+        path = tmp_path / name
+        fields = {"task": "go2_slope", "profile": "ptfe", "metric": "m", **fields}
+        path.write_text(json.dumps({**_grid(cells), **fields}))
+        return str(path)
+
+    ens = [write(f"e{i}.json", {"v0002 w1": w}) for i, w in enumerate(([2.0, 1.0], [2.0, 3.0]))]
+    single = [write(f"s{i}.json", {"v0002 s32it3": r}) for i, r in enumerate(([1.0, 1.0], [1.0, 2.0]))]
+    args = [
+        "plan-grid-read",
+        *ens,
+        "--beside",
+        *single,
+        "--prefix",
+        "single_",
+        "--reference",
+        "single_s32it3",
+    ]
+    assert main(args) == 0
+    # per episode: w1 (2.0, 2.0), single (1.0, 1.5); differences (1.0, 0.5)
+    assert "+0.750" in capsys.readouterr().out
+    assert main(args[:5] + args[6:]) == 2  # one beside grid for two seeds
+    assert "one per seed" in capsys.readouterr().err
+    other = write("o.json", {"v0002 s32it3": [1.0, 1.0]}, profile="foam")
+    assert main(["plan-grid-read", ens[0], "--beside", other, "--reference", "beside_s32it3"]) == 2
+    assert "profile 'foam'" in capsys.readouterr().err

@@ -4,7 +4,8 @@ read them.
 Each grid.json is one seed's grid (`simdist plan-grid --out`), every cell measured on the same evaluation episodes.
 A cell's per-episode values are averaged over the seeds episode by episode; each setting is then compared with a
 reference setting on the same dynamics version, paired by episode: the mean difference and its standard error
-(the spread of the per-episode differences over the square root of their number).
+(the spread of the per-episode differences over the square root of their number). `--beside` adds another model's
+grids (one per seed, on the same episodes), so that model's cell can be the reference.
 """
 
 from __future__ import annotations
@@ -42,6 +43,31 @@ def load(paths: list[Path]) -> list[dict[str, Any]]:
             raise ConfigError(f"{path}: not a plan-grid result (no cells)")
         grids.append(grid)
     return grids
+
+
+def put_beside(
+    grids: list[dict[str, Any]], beside: list[dict[str, Any]], prefix: str
+) -> list[dict[str, Any]]:
+    """Each seed's grid with the cells of another grid of the same seed (another model, the same episodes) added,
+    their settings named `prefix` + setting, so another model's cell can be the reference."""
+    if len(beside) != len(grids):
+        raise ConfigError(
+            f"--beside: {len(beside)} grid(s) for {len(grids)} seed(s); give one per seed, in order"
+        )
+    merged = []
+    for grid, other in zip(grids, beside, strict=True):
+        for field in ("task", "profile", "metric"):
+            if grid.get(field) != other.get(field):
+                raise ConfigError(
+                    f"--beside: {field} '{other.get(field)}' against the grid's '{grid.get(field)}'; "
+                    "only grids of the same evaluation pair"
+                )
+        cells = dict(grid["cells"])
+        for key, cell in other["cells"].items():
+            version, _, setting = key.partition(" ")
+            cells[f"{version} {prefix}{setting}"] = cell
+        merged.append({**grid, "cells": cells})
+    return merged
 
 
 def read(grids: list[dict[str, Any]], reference: str) -> list[Cell]:
@@ -86,13 +112,24 @@ def read(grids: list[dict[str, Any]], reference: str) -> list[Cell]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("grids", nargs="+", type=Path, help="grid.json files, one per seed")
     parser.add_argument("--reference", required=True, help="the setting every other is compared with")
+    parser.add_argument(
+        "--beside",
+        nargs="+",
+        type=Path,
+        default=[],
+        help="another model's grid.json per seed (same order, same episodes): its cells join, named with --prefix",
+    )
+    parser.add_argument("--prefix", default="beside_", help="prepended to the --beside grids' setting names")
 
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    cells = read(load(args.grids), args.reference)
+    grids = load(args.grids)
+    if args.beside:
+        grids = put_beside(grids, load(args.beside), args.prefix)
+    cells = read(grids, args.reference)
     if not any(c.setting == args.reference for c in cells):
         raise ConfigError(f"--reference {args.reference}: no such setting in every grid")
     table = Table(title=f"{len(args.grids)} seed(s), per-episode values averaged over the seeds")
