@@ -157,6 +157,15 @@ def test_another_models_cell_can_be_the_reference(tmp_path: Path, capsys) -> Non
     assert "+0.750" in capsys.readouterr().out
     assert main(args[:5] + args[6:]) == 2  # one beside grid for two seeds
     assert "one per seed" in capsys.readouterr().err
+    # the other model's 30-minute version is v0002, the ensemble's v0003: renamed, the stages pair
+    ens3 = [write(f"e3{i}.json", {"v0003 w1": w}) for i, w in enumerate(([2.0, 1.0], [2.0, 3.0]))]
+    renamed = [*ens3, *args[3:], "--beside-version", "v0002=v0003"]
+    assert main(["plan-grid-read", *renamed]) == 0
+    assert "+0.750" in capsys.readouterr().out
+    assert main(["plan-grid-read", *ens3, *args[3:]]) == 0  # unrenamed: no reference on v0003, nothing paired
+    assert "+0.750" not in capsys.readouterr().out
+    assert main(["plan-grid-read", *renamed[:-1], "v0002"]) == 2
+    assert "expected OLD=NEW" in capsys.readouterr().err
     other = write("o.json", {"v0002 s32it3": [1.0, 1.0]}, profile="foam")
     assert main(["plan-grid-read", ens[0], "--beside", other, "--reference", "beside_s32it3"]) == 2
     assert "profile 'foam'" in capsys.readouterr().err

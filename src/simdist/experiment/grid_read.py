@@ -46,10 +46,15 @@ def load(paths: list[Path]) -> list[dict[str, Any]]:
 
 
 def put_beside(
-    grids: list[dict[str, Any]], beside: list[dict[str, Any]], prefix: str
+    grids: list[dict[str, Any]],
+    beside: list[dict[str, Any]],
+    prefix: str,
+    versions: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Each seed's grid with the cells of another grid of the same seed (another model, the same episodes) added,
-    their settings named `prefix` + setting, so another model's cell can be the reference."""
+    their settings named `prefix` + setting, so another model's cell can be the reference. `versions` renames the
+    other model's versions where the two folders number the same stage differently (an ensemble is one later)."""
+    versions = versions or {}
     if len(beside) != len(grids):
         raise ConfigError(
             f"--beside: {len(beside)} grid(s) for {len(grids)} seed(s); give one per seed, in order"
@@ -65,7 +70,7 @@ def put_beside(
         cells = dict(grid["cells"])
         for key, cell in other["cells"].items():
             version, _, setting = key.partition(" ")
-            cells[f"{version} {prefix}{setting}"] = cell
+            cells[f"{versions.get(version, version)} {prefix}{setting}"] = cell
         merged.append({**grid, "cells": cells})
     return merged
 
@@ -120,6 +125,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="another model's grid.json per seed (same order, same episodes): its cells join, named with --prefix",
     )
     parser.add_argument("--prefix", default="beside_", help="prepended to the --beside grids' setting names")
+    parser.add_argument(
+        "--beside-version",
+        action="append",
+        default=[],
+        metavar="OLD=NEW",
+        help="read the --beside grids' version OLD as NEW (e.g. v0002=v0003), so the stages pair",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -128,7 +140,8 @@ def run(args: argparse.Namespace) -> int:
 
     grids = load(args.grids)
     if args.beside:
-        grids = put_beside(grids, load(args.beside), args.prefix)
+        versions = dict(_version_pair(text) for text in args.beside_version)
+        grids = put_beside(grids, load(args.beside), args.prefix, versions)
     cells = read(grids, args.reference)
     if not any(c.setting == args.reference for c in cells):
         raise ConfigError(f"--reference {args.reference}: no such setting in every grid")
@@ -144,6 +157,13 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(c.version, c.setting, f"{c.mean:.3f}", str(c.falls), *paired)
     Console().print(table)
     return 0
+
+
+def _version_pair(text: str) -> tuple[str, str]:
+    old, sep, new = text.partition("=")
+    if not sep or not old or not new:
+        raise ConfigError(f"--beside-version {text}: expected OLD=NEW, e.g. v0002=v0003")
+    return old, new
 
 
 def _in_se(diff: float, se: float | None) -> str:
