@@ -7,6 +7,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
+import mujoco
 import numpy as np
 import pytest
 from fast_planner import FAST_PLANNER
@@ -143,46 +144,66 @@ def test_the_first_filtered_target_steps_from_what_the_robot_holds_not_from_wher
     assert step == pytest.approx(0.3, abs=1e-9)  # the filter's per-tick limit, from the held targets
 
 
-def test_the_press_guard_lets_the_target_sit_less_under_the_tool_the_harder_it_presses() -> None:
-    """Under half the press limit the target moves as the action says; from there the target may sit less and less
-    under the measured tool (one action's step at half the limit, none at the limit), rising towards that floor by
-    one step a tick at most; sideways motion and lifting always pass; a tick the guard raised is flagged."""
+def test_the_press_guard_scales_the_push_along_the_force_to_the_limit_it_aims_at() -> None:
+    """Under a tenth of the press limit the target moves as the action says; above it the target's push beyond the
+    measured tool along the force's axis is capped at the last push x aimed / measured force (aimed: halfway up to
+    the limit, or the limit once over it), whatever the sensor's sign, on any axis; it backs off by one step a tick
+    at most; moves across the force and away from it pass; a tick the guard moved is flagged."""
     control, receive = ServoLControl(), FakeReceive()
     robot = UR5eRobot(receive, control, control_hz=10.0, lookahead_time=0.1, gain=300.0)
     state = robot.read()
     hole = np.array([0.45, -0.05, 0.20, 0.0], dtype=np.float32)  # the tool well inside the box
-    actuator = CartesianActuator(
-        robot,
-        ToolTarget(scale_m=0.01, scale_rad=0.05, hole_depth=0.04),
-        command=lambda: hole,
-        press_limit_n=150.0,
-    )
+    limited = frozenset({"press_limited"})
+    rot = np.zeros(9)
+    mujoco.mju_quat2Mat(rot, state.tool_pose[3:7])
+    tool = np.asarray(state.tool_pose[:3], dtype=np.float64)
 
-    def press(newtons: float, action: list[float]) -> tuple[float, frozenset[str]]:
-        wrench = np.array([0.0, 0.0, newtons, 0.0, 0.0, 0.0])
+    def guard() -> CartesianActuator:
+        return CartesianActuator(
+            robot,
+            ToolTarget(scale_m=0.01, scale_rad=0.05, hole_depth=0.04),
+            command=lambda: hole,
+            press_limit_n=150.0,
+        )
+
+    def press(
+        actuator: CartesianActuator, base_force: list[float], move: list[float]
+    ) -> tuple[np.ndarray, object]:
+        flange = rot.reshape(3, 3).T @ np.array(base_force)  # the sensor reads in the flange's axes
+        wrench = np.concatenate([flange, np.zeros(3)])
         result = actuator.apply(
-            np.array(action), dataclasses.replace(state, tool_wrench=wrench), state.timestamp
+            np.array([*move, 0.0]), dataclasses.replace(state, tool_wrench=wrench), state.timestamp
         )
         assert not result.held
-        return float(control.calls[-1][1][2]) - tool_z, result.flags
+        return np.asarray(control.calls[-1][1][:3]) - tool, result.flags
 
-    tool_z = float(state.tool_pose[2])
-    down, up, limited = [1.0, 0.0, -1.0, 0.0], [0.0, 0.0, 1.0, 0.0], frozenset({"press_limited"})
-    assert press(50.0, down) == (pytest.approx(-0.01), frozenset())  # light: 1 cm down
-    assert press(-160.0, down) == (
-        pytest.approx(0.0),
-        limited,
-    )  # over the limit (either sign): back to the tool
-    assert control.calls[-1][1][0] == pytest.approx(float(state.tool_pose[0]) + 0.02)  # sideways still moves
-    assert press(160.0, up) == (pytest.approx(0.01), frozenset())  # lifting is never held back
-    assert press(112.5, down) == (
-        pytest.approx(0.0),
-        frozenset(),
-    )  # three quarters: 5 mm of room, not used yet
-    assert press(112.5, down) == (pytest.approx(-0.005), limited)
+    down = guard()
+    offset, flags = press(down, [0.0, 0.0, 14.0], [0.0, 0.0, -0.5])  # under a tenth: free
+    assert offset == pytest.approx([0.0, 0.0, -0.005]) and flags == frozenset()
+    for sign in (1.0, -1.0):  # 100 N: aims at 125 N, a push of 5 mm x 1.25
+        down = guard()
+        press(down, [0.0, 0.0, 0.0], [0.0, 0.0, -0.5])
+        offset, flags = press(down, [0.0, 0.0, sign * 100.0], [0.3, 0.0, -1.0])
+        assert (
+            offset == pytest.approx([0.003, 0.0, -0.00625]) and flags == limited
+        )  # across the force it moves
+    offset, flags = press(down, [0.0, 0.0, 200.0], [0.0, 0.0, 0.0])  # over the limit: back to 150 N's push
+    assert offset == pytest.approx([0.003, 0.0, -0.00625 * 150.0 / 200.0]) and flags == limited
+    offset, flags = press(
+        down, [0.0, 0.0, 200.0], [0.0, 0.0, 0.2]
+    )  # lifting away from the force always passes
+    assert offset[2] == pytest.approx(-0.00625 * 0.75 + 0.002) and flags == frozenset()
+
+    deep = guard()
     for _ in range(4):  # a target far under the tool (a servo lagging while it presses)...
-        press(50.0, down)
-    assert press(160.0, down) == (pytest.approx(-0.035), limited)  # ...rises one step a tick, not at once
+        press(deep, [0.0, 0.0, 0.0], [0.0, 0.0, -1.0])
+    offset, flags = press(deep, [0.0, 0.0, 600.0], [0.0, 0.0, -1.0])
+    assert offset[2] == pytest.approx(-0.03) and flags == limited  # ...backs off one step a tick, not at once
+
+    wall = guard()  # the peg pressed sideways against the hole's wall
+    press(wall, [0.0, 0.0, 0.0], [0.4, 0.0, 0.0])
+    offset, flags = press(wall, [-75.0, 0.0, 0.0], [1.0, 0.0, -1.0])  # aims at 112.5 N: 4 mm x 1.5
+    assert offset == pytest.approx([0.006, 0.0, -0.01]) and flags == limited
 
 
 def test_the_loop_counts_each_intervention_and_deploy_reports_them() -> None:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import mujoco
@@ -38,21 +39,24 @@ class ToolTarget:
         self.position = pose[:3].copy()
         self.yaw = float(np.arctan2(rot[1, 0], rot[0, 0]))
 
-    def step(self, action: np.ndarray, command: np.ndarray, *, floor_z: float | None = None) -> bool:
-        """Move by one action; `floor_z` (the press guard's lowest target): the target goes no lower, rising
-        towards it by at most one full action's step per tick. Returns whether the floor raised the target."""
+    def step(self, action: np.ndarray, command: np.ndarray, *, press: PressCap | None = None) -> bool:
+        """Move by one action; `press` (the press guard's cap): the target sits no further than `press.push_m`
+        beyond the measured tool along `press.axis`, backing off towards it by at most one full action's step per
+        tick. Returns whether the cap moved the target."""
         a = np.asarray(action, dtype=np.float64)
-        before = self.position[2]
+        before = self.position.copy()
         self.position = self.position + a[:3] * self.scale_m
         self.yaw += float(a[3]) * self.scale_rad
         low, high = workspace(np.asarray(command, dtype=np.float64)[:3], self.hole_depth)
         self.position = np.clip(self.position, low, high)
-        if floor_z is None:
+        if press is None:
             return False
-        relieved = min(floor_z, before + self.scale_m, high[2])
-        raised = bool(relieved > self.position[2])
-        self.position[2] = max(self.position[2], relieved)
-        return raised
+        pushed = float((self.position - press.tool) @ press.axis)
+        allowed = max(press.push_m, float((before - press.tool) @ press.axis) - self.scale_m)
+        if not pushed > allowed:
+            return False
+        self.position = np.clip(self.position - (pushed - allowed) * press.axis, low, high)
+        return True
 
     def rotation(self) -> np.ndarray:
         c, s = np.cos(self.yaw), np.sin(self.yaw)
@@ -65,17 +69,36 @@ class ToolTarget:
         return np.concatenate([self.position, quaternion_to_rotvec(quat)])
 
 
-# the contact force was over half the press limit and the target was raised to the floor it allows
+@dataclass(frozen=True)
+class PressCap:
+    """The press guard's cap for one tick: the tool target may sit at most `push_m` beyond the measured tool
+    position `tool` along the unit `axis` (base axes)."""
+
+    axis: np.ndarray
+    push_m: float
+    tool: np.ndarray
+
+
+# the press guard moved the tool target back towards the measured tool this tick
 PRESS_LIMITED = "press_limited"
+# N, as a fraction of the press limit: under it the measured force says too little about the contact to scale
+PRESS_SENSING = 0.1
 
 
 class CartesianActuator:
     """UR5e tool deltas -> ToolTarget -> servoL. Holds (leaves servo mode) on a non-finite action or stale state.
 
-    The press guard: from half of `press_limit_n` on, the target may sit less and less under the measured tool (one
-    action's step at half the limit, none at the limit), so a position servo stops building force against the part
-    before the arm's protective stop (200 N by default: its last resort, not the controller's force limit); a tick
-    whose target it raised is flagged `press_limited`.
+    The press guard: in contact, a position servo acts as a spring, the contact force growing with how far its
+    target sits beyond the tool along the force. So once the measured force is above a tenth of `press_limit_n`,
+    the target's push along the force's axis (towards the side the last target pushed, whatever the sensor's sign
+    convention) is capped at the last push scaled by aimed / measured force, the push the measured stiffness turns
+    into the aimed force: halfway from the measured force up to the limit while under it, the limit itself while
+    over it (the target backs off). Any axis: a peg pressed sideways against the hole's wall counts as much as one
+    pressed down. The force then settles near the limit, under the arm's protective stop (200 N by default: its
+    last resort, not the controller's force limit), instead of overshooting between two ticks; what it does not
+    see (the stiffness differs across axes, so a sideways move at the same push changes the force) overshoots the
+    limit by up to about a sixth, measured against the emulated arm. A tick whose target it moved is flagged
+    `press_limited`.
     """
 
     def __init__(
@@ -107,22 +130,29 @@ class CartesianActuator:
         if now - state.timestamp > self.stale_after_s or not state.is_finite():
             self.hold()
             return Actuation(held=True, flags=frozenset({"stale_state"}))
-        limited = self.tool.step(action, self.command(), floor_z=self._press_floor(state))
+        limited = self.tool.step(action, self.command(), press=self._press_cap(state))
         self.robot.send_tool_pose(self.tool.servo_pose())
         return Actuation(flags=frozenset({PRESS_LIMITED}) if limited else frozenset())
 
-    def _press_floor(self, state: RobotState) -> float | None:
-        """The lowest tool target the contact force allows: from half the press limit on, how far the target may
-        sit under the measured tool (what a position servo turns into force) shrinks from one action's step to
-        nothing at the limit, so the force levels off under it instead of overshooting between two ticks."""
-        if state.tool_wrench is None:
+    def _press_cap(self, state: RobotState) -> PressCap | None:
+        """This tick's cap from the measured wrench (flange axes) and the target sent last tick."""
+        if state.tool_wrench is None or not np.isfinite(self.press_limit_n):
             return None
-        force = float(np.linalg.norm(state.tool_wrench[:3]))
-        half = 0.5 * self.press_limit_n
-        if not force > half:
+        pose = np.asarray(state.tool_pose, dtype=np.float64)
+        rot = np.zeros(9)
+        mujoco.mju_quat2Mat(rot, pose[3:7] / np.linalg.norm(pose[3:7]))
+        force = rot.reshape(3, 3) @ np.asarray(state.tool_wrench[:3], dtype=np.float64)  # base axes
+        newtons = float(np.linalg.norm(force))
+        if not newtons > PRESS_SENSING * self.press_limit_n:
             return None
-        room = float(np.clip((self.press_limit_n - force) / half, 0.0, 1.0)) * self.tool.scale_m
-        return float(state.tool_pose[2]) - room
+        axis, tool = force / newtons, pose[:3].copy()
+        push = float((self.tool.position - tool) @ axis)  # along the force, by the target sent last tick
+        if push < 0.0:
+            axis, push = -axis, -push
+        aim = min(
+            0.5 * (newtons + self.press_limit_n), self.press_limit_n
+        )  # halfway up to the limit, or down to it
+        return PressCap(axis=axis, push_m=push * aim / newtons, tool=tool)
 
     def hold(self) -> None:
         self.robot.hold()

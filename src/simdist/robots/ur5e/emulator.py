@@ -192,6 +192,7 @@ class EmulatedArm:
         self.counts = {"clipped_targets": 0, "tilt_ignored": 0, "protective_stops": 0}
         # controller time the peg first reached the task's success depth, and of the first servo target applied
         self.inserted_at: float | None = None
+        self.peak_force_n = 0.0
         self.first_servo_at: float | None = None
         self._tracking = [0.0, 0]  # sum of |target - tip| over servo cycles, and their count
         self.history: deque[tuple[float, tuple[float, ...], tuple[float, ...]]] = deque(maxlen=4096)
@@ -270,6 +271,7 @@ class EmulatedArm:
         if self.inserted_at is None and bool(self.env.success[0]):
             self.inserted_at = self.time
         force = float(np.linalg.norm(data.sensor("ft_force").data))
+        self.peak_force_n = max(self.peak_force_n, force)
         if force > self.protective_stop_n and not self.protective_stop:
             self._queue.clear()
             self._hold_now()
@@ -892,6 +894,9 @@ class UR5eEmulator:
                 "faults": [dataclasses.asdict(f) for f in self.faults.faults],
                 "tracking_m": self.arm.tracking(),
                 "inserted_at_s": self.arm.inserted_at,
+                "peak_force_n": round(
+                    self.arm.peak_force_n, 1
+                ),  # the largest contact force the F/T sensor saw
                 "first_servo_at_s": self.arm.first_servo_at,
                 "episodes": episodes,
                 "sim_seconds": self.arm.time,
