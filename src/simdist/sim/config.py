@@ -69,8 +69,9 @@ class PegConfig:
     action_scale_m: float = 0.01
     action_scale_rad: float = 0.05
     ik_damping: float = 0.05
-    # N: on a robot, the tool target stops pressing (it is held no lower than the measured tool) while the contact
-    # force is above this, well under the arm's protective stop (`termination.max_force_n`)
+    # N: on a robot, the press guard caps the tool target's push along the measured contact force at what should
+    # bring the force to this (`simdist.robots.ur5e.actuation`), well under the arm's protective stop
+    # (`termination.max_force_n`)
     press_limit_n: float = 150.0
 
 
