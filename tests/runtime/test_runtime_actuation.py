@@ -7,7 +7,6 @@ import dataclasses
 import sys
 from pathlib import Path
 
-import mujoco
 import numpy as np
 import pytest
 from fast_planner import FAST_PLANNER
@@ -16,7 +15,7 @@ from simdist import robots
 from simdist.hardware.sim_robot import SimRobot
 from simdist.robots import go2
 from simdist.robots.ur5e import workspace
-from simdist.robots.ur5e.actuation import CartesianActuator, ToolTarget
+from simdist.robots.ur5e.actuation import CartesianActuator, ToolTarget, pose_rotation
 from simdist.robots.ur5e.hardware import UR5eRobot, quaternion_to_rotvec, rotvec_to_quaternion
 from simdist.runtime.deploy import run_deploy
 from simdist.runtime.ingest import CameraIngest
@@ -154,8 +153,7 @@ def test_the_press_guard_scales_the_push_along_the_force_to_the_limit_it_aims_at
     state = robot.read()
     hole = np.array([0.45, -0.05, 0.20, 0.0], dtype=np.float32)  # the tool well inside the box
     limited = frozenset({"press_limited"})
-    rot = np.zeros(9)
-    mujoco.mju_quat2Mat(rot, state.tool_pose[3:7])
+    rot = pose_rotation(np.asarray(state.tool_pose, dtype=np.float64))
     tool = np.asarray(state.tool_pose[:3], dtype=np.float64)
 
     def guard() -> CartesianActuator:
@@ -169,7 +167,7 @@ def test_the_press_guard_scales_the_push_along_the_force_to_the_limit_it_aims_at
     def press(
         actuator: CartesianActuator, base_force: list[float], move: list[float]
     ) -> tuple[np.ndarray, object]:
-        flange = rot.reshape(3, 3).T @ np.array(base_force)  # the sensor reads in the flange's axes
+        flange = rot.T @ np.array(base_force)  # the sensor reads in the flange's axes
         wrench = np.concatenate([flange, np.zeros(3)])
         result = actuator.apply(
             np.array([*move, 0.0]), dataclasses.replace(state, tool_wrench=wrench), state.timestamp

@@ -16,6 +16,13 @@ from simdist.robots.ur5e.hardware import quaternion_to_rotvec
 from simdist.runtime.actuation import Actuation
 
 
+def pose_rotation(pose: np.ndarray) -> np.ndarray:
+    """The 3x3 rotation (base axes) of a pose (x, y, z, qw, qx, qy, qz), its quaternion normalised."""
+    rot = np.zeros(9)
+    mujoco.mju_quat2Mat(rot, pose[3:7] / np.linalg.norm(pose[3:7]))
+    return rot.reshape(3, 3)
+
+
 class ToolTarget:
     """The UR5e tool target (peg tip position, yaw) that Cartesian deltas move, as `PegEnv.set_targets` does.
 
@@ -33,9 +40,7 @@ class ToolTarget:
     def reset(self, tool_pose: np.ndarray) -> None:
         """Start from a measured tool pose (x, y, z, qw, qx, qy, qz)."""
         pose = np.asarray(tool_pose, dtype=np.float64)
-        rot = np.zeros(9)
-        mujoco.mju_quat2Mat(rot, pose[3:7] / np.linalg.norm(pose[3:7]))
-        rot = rot.reshape(3, 3)
+        rot = pose_rotation(pose)
         self.position = pose[:3].copy()
         self.yaw = float(np.arctan2(rot[1, 0], rot[0, 0]))
 
@@ -81,7 +86,7 @@ class PressCap:
 
 # the press guard moved the tool target back towards the measured tool this tick
 PRESS_LIMITED = "press_limited"
-# N, as a fraction of the press limit: under it the measured force says too little about the contact to scale
+# a fraction of the press limit: under that force the measurement says too little about the contact to scale
 PRESS_SENSING = 0.1
 
 
@@ -139,9 +144,7 @@ class CartesianActuator:
         if state.tool_wrench is None or not np.isfinite(self.press_limit_n):
             return None
         pose = np.asarray(state.tool_pose, dtype=np.float64)
-        rot = np.zeros(9)
-        mujoco.mju_quat2Mat(rot, pose[3:7] / np.linalg.norm(pose[3:7]))
-        force = rot.reshape(3, 3) @ np.asarray(state.tool_wrench[:3], dtype=np.float64)  # base axes
+        force = pose_rotation(pose) @ np.asarray(state.tool_wrench[:3], dtype=np.float64)  # base axes
         newtons = float(np.linalg.norm(force))
         if not newtons > PRESS_SENSING * self.press_limit_n:
             return None
@@ -149,9 +152,8 @@ class CartesianActuator:
         push = float((self.tool.position - tool) @ axis)  # along the force, by the target sent last tick
         if push < 0.0:
             axis, push = -axis, -push
-        aim = min(
-            0.5 * (newtons + self.press_limit_n), self.press_limit_n
-        )  # halfway up to the limit, or down to it
+        # the force aimed at: halfway up to the limit, or down to it
+        aim = min(0.5 * (newtons + self.press_limit_n), self.press_limit_n)
         return PressCap(axis=axis, push_m=push * aim / newtons, tool=tool)
 
     def hold(self) -> None:

@@ -894,9 +894,7 @@ class UR5eEmulator:
                 "faults": [dataclasses.asdict(f) for f in self.faults.faults],
                 "tracking_m": self.arm.tracking(),
                 "inserted_at_s": self.arm.inserted_at,
-                "peak_force_n": round(
-                    self.arm.peak_force_n, 1
-                ),  # the largest contact force the F/T sensor saw
+                "peak_force_n": round(self.arm.peak_force_n, 1),  # the largest F/T force seen
                 "first_servo_at_s": self.arm.first_servo_at,
                 "episodes": episodes,
                 "sim_seconds": self.arm.time,
