@@ -81,6 +81,47 @@ def test_bad_grid_input_is_one_line(
     assert code == 2 and err.count("\n") == 0 and message in err, err
 
 
+@pytest.mark.parametrize(
+    ("stored", "args", "message"),
+    [
+        ({"seed": 10000}, ["--seed", "10001"], "measured with seed 10000, this run has 10001"),
+        ({"profile": "sim"}, [], "measured with profile 'sim', this run has 'real'"),
+        (
+            {},
+            ["--episodes", "3"],
+            "measured with episodes_per_cell 2, this run has 3",
+        ),  # from its cells alone
+    ],
+)
+def test_a_grid_measured_otherwise_is_not_resumed(
+    peg_model: Path,
+    tmp_path: Path,
+    stored: dict,
+    args: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = tmp_path / "grid"
+    out.mkdir()
+    cell = {"per_episode": [1.0, 0.0], "episodes": 2, "falls": 0, "value": 0.5}
+    (out / "grid.json").write_text(json.dumps({"task": "ur5e_peg", **stored, "cells": {"v0000 cpu": cell}}))
+    base = [
+        "plan-grid",
+        "--task",
+        "ur5e_peg",
+        "--profile",
+        "real",
+        "--model",
+        str(peg_model),
+        "--versions",
+        "0",
+    ]
+    code = main([*base, "--setting", "wide:num_samples=8", "--episodes", "2", *args, "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0 and message in err, err
+    assert json.loads((out / "grid.json").read_text())["cells"] == {"v0000 cpu": cell}  # left as it was
+
+
 def test_a_setting_keeps_a_list_value_whole() -> None:
     name, changes = grid.parse_setting("slow:policy_command_scales=[0.75,0.5],num_policy_samples=12")
     assert name == "slow"

@@ -123,12 +123,25 @@ def measure(
     for _name, changes in settings:  # a bad key or value fails here, before any evaluation
         load_planner_config(planner, cfg.robot, {"budget_ms": None, **changes}, task=cfg.task)
     path = None if out is None else out / "grid.json"
-    result: dict[str, Any] = {"task": task, "profile": profile, "model": str(model), "cells": {}}
+    protocol = robots.get(cfg.robot).evaluation(cfg, episodes)
+    metric_key = protocol.metric_key
+    result: dict[str, Any] = {
+        "task": task,
+        "profile": profile,
+        "model": str(model),
+        "seed": seed,
+        "episodes_per_cell": protocol.episodes,
+        "overrides": dict(overrides or {}),
+        "cells": {},
+    }
     if path is not None and path.is_file():
-        import json
-
-        result["cells"] = json.loads(path.read_text()).get("cells", {})
-    metric_key = robots.get(cfg.robot).evaluation(cfg, episodes).metric_key
+        result["cells"] = _resumable(path, result)
+    todo = sum(f"{version_label(v)} {name}" not in result["cells"] for v in versions for name, _ in settings)
+    say(
+        f"{task} on sim:{profile}, evaluation seed {seed}: {protocol.description} per cell; "
+        f"{todo} cell(s) to measure"
+        + (f", {len(result['cells'])} already in {path}" if result["cells"] else "")
+    )
     with tempfile.TemporaryDirectory() as scratch:
         for version in versions:
             if all(f"{version_label(version)} {name}" in result["cells"] for name, _ in settings):
@@ -187,6 +200,25 @@ def measure(
     return result
 
 
+def _resumable(path: Path, result: dict[str, Any]) -> dict[str, Any]:
+    """The cells of an earlier grid.json, if it was measured the same way (task, profile, seed, episodes, overrides)."""
+    import json
+
+    try:
+        stored = json.loads(path.read_text())
+        cells = dict(stored.get("cells", {}))
+    except (OSError, ValueError, AttributeError, TypeError) as exc:
+        raise ConfigError(f"{path}: not a plan-grid result ({exc}); choose another --out") from None
+    stored.setdefault("episodes_per_cell", max((c.get("episodes", 0) for c in cells.values()), default=None))
+    for key in ("task", "profile", "seed", "episodes_per_cell", "overrides"):
+        if stored.get(key) is not None and stored[key] != result[key]:
+            raise ConfigError(
+                f"{path}: measured with {key} {stored[key]!r}, this run has {result[key]!r}; "
+                "its cells would not pair with this run's (choose another --out)"
+            )
+    return cells
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", required=True, help="task name (config/tasks/<task>.yaml)")
     parser.add_argument("--profile", required=True, help="the robot: sim:<profile> (e.g. ptfe, foam, real)")
@@ -240,6 +272,7 @@ def run(args: argparse.Namespace) -> int:
         overrides=parse_overrides(args.overrides),
         out=args.out,
         audit_every=args.audit_every,
+        say=lambda line: print(line, flush=True),  # each cell as it ends, also into a log file
     )
     table = Table(title=f"{args.task} on sim:{args.profile}: {result.get('metric', '')} (falls)")
     table.add_column("dynamics")
