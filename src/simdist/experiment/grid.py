@@ -207,9 +207,11 @@ def _resumable(path: Path, result: dict[str, Any]) -> dict[str, Any]:
     try:
         stored = json.loads(path.read_text())
         cells = dict(stored.get("cells", {}))
+        stored.setdefault(
+            "episodes_per_cell", max((c.get("episodes", 0) for c in cells.values()), default=None)
+        )
     except (OSError, ValueError, AttributeError, TypeError) as exc:
         raise ConfigError(f"{path}: not a plan-grid result ({exc}); choose another --out") from None
-    stored.setdefault("episodes_per_cell", max((c.get("episodes", 0) for c in cells.values()), default=None))
     for key in ("task", "profile", "seed", "episodes_per_cell", "overrides"):
         if stored.get(key) is not None and stored[key] != result[key]:
             raise ConfigError(
