@@ -38,6 +38,38 @@ def test_fresh_members_train_on_sim_runs_and_member_zero_stays(go2_model: Path, 
     assert any(k.startswith("dynamics.extra.0.") for k in changed)
     assert any(k.startswith("dynamics.extra.1.") for k in changed)
     assert list((out / "sim_bags").glob("run_*"))
+    # v0000, the ensemble's starting version, is the source's dynamics in every member (safe to roll back to);
+    # the trained members did not start from member 0's weights but from a fresh initialisation
+    members = load_checkpoint(out, version=0).dynamics
+    zero = members.member_state()
+    for i in range(2):
+        assert all(torch.equal(zero[k], start[f"dynamics.extra.{i}.{k}"]) for k in zero)
+    decoder_weights = [k for k in zero if k.startswith("decoder.") and k.endswith("weight")]
+    moved = [
+        (end[f"dynamics.extra.0.{k}"] - zero[k]).norm() / zero[k].norm()
+        for k in decoder_weights
+        if zero[k].norm() > 0
+    ]
+    assert float(torch.stack(moved).median()) > 0.5  # 60 steps at lr 1e-3 from member 0 would stay close
+
+
+def test_an_ensembles_first_version_predicts_as_its_source(go2_model: Path, tmp_path: Path) -> None:
+    from simdist.model.checkpoint import with_dynamics_members
+    from simdist.model.dynamics import disagreement
+
+    out = with_dynamics_members(go2_model, tmp_path / "ens", 4, seed=3)
+    single, ensemble = load_checkpoint(go2_model), load_checkpoint(out, version=0)
+    torch.manual_seed(0)
+    latent = torch.randn(6, single.latent_dim)
+    actions = torch.randn(6, single.horizon, single.act_dim)
+    kv_single = single.dynamics.cross_kv(latent.unsqueeze(1))
+    kv_ensemble = ensemble.dynamics.cross_kv(latent.unsqueeze(1))
+    with torch.no_grad():
+        expected = single.dynamics(latent, actions, kv_single, None)
+        members = ensemble.dynamics.member_predictions(latent, actions, kv_ensemble, None)
+    assert members.shape[0] == 4
+    assert torch.allclose(members.mean(0), expected, atol=1e-6)
+    assert float(disagreement(members).abs().max()) < 1e-10
 
 
 def test_refusals(go2_model: Path, tmp_path: Path) -> None:

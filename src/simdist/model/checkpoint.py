@@ -87,9 +87,11 @@ def save_checkpoint(
 def with_dynamics_members(source: str | Path, out: str | Path, members: int, *, seed: int = 0) -> Path:
     """A new checkpoint in `out`: `source`'s current model with `members` dynamics decoders (an ensemble).
 
-    Member 0 is `source`'s current dynamics; the others are freshly initialised (seeded), to be trained by
-    dynamics-only finetuning on data (each on its own bootstrap). Encoder, history, heads and normaliser are
-    `source`'s, bit for bit. `out` must not exist; `source` is never modified.
+    Member 0 is `source`'s current dynamics, and so is every other member in this first version (v0000): it
+    predicts exactly what `source` predicts, disagrees nowhere, and is as safe to deploy or roll back to. The
+    new members start from a fresh initialisation when they are trained (`FinetuneOptions(trainable=
+    "new_members")`, each on its own bootstrap). Encoder, history, heads and normaliser are `source`'s, bit for
+    bit. `out` must not exist; `source` is never modified.
     """
     root, dest = Path(source), Path(out)
     if dest.exists():
@@ -104,6 +106,7 @@ def with_dynamics_members(source: str | Path, out: str | Path, members: int, *, 
     state = ensemble.state_dict()
     state.update(model.state_dict())  # every shared weight and member 0; the new members keep their init
     ensemble.load_state_dict(state, strict=True)
+    ensemble.dynamics.copy_member_zero()
     extra = {**description.get("extra", {}), "ensemble_of": str(root), "ensemble_seed": seed}
     return save_checkpoint(
         ensemble, dest, task=description["task"], data_hash=description["data_hash"], extra=extra

@@ -24,6 +24,7 @@ class DynamicsMember(nn.Module):
         self, act_dim: int, latent_dim: int, horizon: int, layers: int, heads: int, mlp_ratio: int
     ) -> None:
         super().__init__()
+        self.shape = (act_dim, latent_dim, horizon, layers, heads, mlp_ratio)  # to build a fresh one like it
         self.action = nn.Linear(act_dim, latent_dim)
         self.decoder = QueryDecoder(latent_dim, latent_dim, horizon, layers, heads, mlp_ratio)
 
@@ -58,6 +59,22 @@ class Dynamics(DynamicsMember):
 
     def _all(self) -> list[DynamicsMember]:
         return [self, *self.extra]
+
+    def member_state(self) -> dict[str, torch.Tensor]:
+        """Member 0's own weights, in the keys every member uses."""
+        return {k: v for k, v in self.state_dict().items() if not k.startswith("extra.")}
+
+    def copy_member_zero(self) -> None:
+        """Every other member becomes a copy of member 0: the ensemble predicts exactly what member 0 alone
+        predicts and disagrees nowhere (an ensemble's starting version, safe to deploy)."""
+        for member in self.extra:
+            member.load_state_dict(self.member_state())
+
+    def fresh_members(self, seed: int) -> None:
+        """Every other member back to a fresh initialisation (seeded), to learn from scratch."""
+        torch.manual_seed(seed)
+        for i, member in enumerate(self.extra):
+            self.extra[i] = DynamicsMember(*member.shape).train(member.training)
 
     def cross_kv(self, context: torch.Tensor) -> list[KV]:
         """Every member's per-layer K/V, member after member (layers x members entries)."""

@@ -154,6 +154,8 @@ def finetune(
             f"(the reward head trains on those; elsewhere it is anchored)"
         )
 
+    if options.trainable == "new_members":  # an ensemble's new members learn from scratch, not from member 0
+        model.dynamics.fresh_members(options.seed)
     trainable = {"all": model, "dynamics": model.dynamics, "new_members": model.dynamics.extra}
     if options.trainable not in trainable:
         raise ConfigError(f"trainable must be one of {', '.join(trainable)}, got '{options.trainable}'")

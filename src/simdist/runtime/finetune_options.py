@@ -50,7 +50,8 @@ class FinetuneOptions:
         0, "torch threads (0: torch's choice; 1 beside a running robot, so control is not contended)"
     )
     # "dynamics" (SimDist: every dynamics member), "all" (the full-finetuning baseline), or "new_members" (an
-    # ensemble's members 1..K-1 only, member 0 kept: how `simdist ensemble` trains fresh members)
+    # ensemble's members 1..K-1 only, re-initialised when training starts, member 0 kept: how `simdist
+    # ensemble` trains its new members)
     trainable: str = _option(
         "dynamics",
         "what trains: dynamics (SimDist: every dynamics member), all (the full-finetuning baseline; it writes a "
