@@ -104,7 +104,7 @@ def with_dynamics_members(source: str | Path, out: str | Path, members: int, *, 
     torch.manual_seed(seed)
     ensemble = WorldModel.build(description["dims"], config, description["normalizer"])
     state = ensemble.state_dict()
-    state.update(model.state_dict())  # every shared weight and member 0; the new members keep their init
+    state.update(model.state_dict())  # every shared weight and member 0
     ensemble.load_state_dict(state, strict=True)
     ensemble.dynamics.copy_member_zero()
     extra = {**description.get("extra", {}), "ensemble_of": str(root), "ensemble_seed": seed}

@@ -72,9 +72,10 @@ class Dynamics(DynamicsMember):
 
     def fresh_members(self, seed: int) -> None:
         """Every other member back to a fresh initialisation (seeded), to learn from scratch."""
-        torch.manual_seed(seed)
-        for i, member in enumerate(self.extra):
-            self.extra[i] = DynamicsMember(*member.shape).train(member.training)
+        with torch.random.fork_rng():  # the caller's random stream is left as it was
+            torch.manual_seed(seed)
+            for i, member in enumerate(self.extra):
+                self.extra[i] = DynamicsMember(*member.shape).train(member.training)
 
     def cross_kv(self, context: torch.Tensor) -> list[KV]:
         """Every member's per-layer K/V, member after member (layers x members entries)."""

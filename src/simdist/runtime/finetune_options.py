@@ -55,7 +55,7 @@ class FinetuneOptions:
     trainable: str = _option(
         "dynamics",
         "what trains: dynamics (SimDist: every dynamics member), all (the full-finetuning baseline; it writes a "
-        "model of its own to --out), new_members (an ensemble's fresh members)",
+        "model of its own to --out), new_members (an ensemble's members 1..K-1, from a fresh start)",
     )
     # Full finetuning only (trainable="all"), so that the forgetting baseline is the strongest reasonable one:
     # latent targets from an exponential moving average of the encoder (not the encoder being trained), the rewards
