@@ -91,7 +91,8 @@ def with_dynamics_members(source: str | Path, out: str | Path, members: int, *, 
     predicts exactly what `source` predicts, disagrees nowhere, and is as safe to deploy or roll back to. The
     new members start from a fresh initialisation when they are trained (`FinetuneOptions(trainable=
     "new_members")`, each on its own bootstrap). Encoder, history, heads and normaliser are `source`'s, bit for
-    bit. `out` must not exist; `source` is never modified.
+    bit. `out` must not exist; `source` is never modified. `seed` is recorded (the new members' start is drawn
+    from the training's seed).
     """
     root, dest = Path(source), Path(out)
     if dest.exists():
@@ -101,7 +102,6 @@ def with_dynamics_members(source: str | Path, out: str | Path, members: int, *, 
     description = read_description(root)
     model = load_checkpoint(root)
     config = build(ModelConfig, {**description["model"], "dynamics_members": members}, "model")
-    torch.manual_seed(seed)
     ensemble = WorldModel.build(description["dims"], config, description["normalizer"])
     state = ensemble.state_dict()
     state.update(model.state_dict())  # every shared weight and member 0

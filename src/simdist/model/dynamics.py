@@ -67,8 +67,9 @@ class Dynamics(DynamicsMember):
     def copy_member_zero(self) -> None:
         """Every other member becomes a copy of member 0: the ensemble predicts exactly what member 0 alone
         predicts and disagrees nowhere (an ensemble's starting version, safe to deploy)."""
+        zero = self.member_state()
         for member in self.extra:
-            member.load_state_dict(self.member_state())
+            member.load_state_dict(zero)
 
     def fresh_members(self, seed: int) -> None:
         """Every other member back to a fresh initialisation (seeded), to learn from scratch."""
