@@ -3,6 +3,7 @@ are not better, bad bags write nothing, and bag windows equal the simulation win
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -370,6 +371,55 @@ def test_full_finetuning_learns_the_rewards_the_robot_measured_and_anchors_the_r
 
     learnt, anchored = reward_shift(episodes), reward_shift(unmeasured)
     assert abs(learnt) < 0.01 and abs(anchored) > 0.04, (learnt, anchored)
+
+
+def test_the_measured_reward_through_the_frozen_head_trains_the_dynamics_alone(
+    go2_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`dynamics_reward_weight`: the rewards the robot measured pull the predicted latents towards what the frozen
+    reward head reads as those rewards; nothing but the dynamics changes, and bags without rewards are refused."""
+    from simdist.runtime import finetune as finetune_module
+    from simdist.runtime.finetune_losses import training_loss
+
+    bags = _bags(go2_model, tmp_path / "bags", seconds=2.0)
+    episodes = real_episodes(bags)
+    for e in episodes:  # a robot whose reward the head does not know: every reward 0.01 (~1 std) lower
+        e["reward"] = e["reward"] - np.float32(0.01)
+
+    def reward_shift(weight: float) -> tuple[float, set[str]]:
+        """Mean (predicted - measured) reward at steps t+1.. after 200 steps of dynamics-only finetuning."""
+        model = load_checkpoint(go2_model)
+        start = {k: v.clone() for k, v in model.state_dict().items()}
+        batch = WindowSampler(InMemoryEpisodes(episodes), model.history, model.horizon).windows(np.arange(64))
+        for p in model.parameters():
+            p.requires_grad_(False)
+        params = list(model.dynamics.parameters())
+        for p in params:
+            p.requires_grad_(True)
+        optimiser = torch.optim.Adam(params, lr=1e-2)
+        for _ in range(200):
+            optimiser.zero_grad()
+            training_loss(model, batch, torch.Generator().manual_seed(0), weight).backward()
+            optimiser.step()
+        with torch.no_grad():
+            reward = model.normalizer.denormalize("reward", model(batch)["reward"])
+        mask = batch.future_mask.bool()[
+            :, 1:
+        ]  # step t's reward is read from the encoder's z_t, not predicted
+        changed = {k for k, v in model.state_dict().items() if not torch.equal(start[k], v)}
+        return float((reward - batch.reward)[:, 1:][mask].mean()), changed
+
+    (latent_only, _), (with_reward, changed) = reward_shift(0.0), reward_shift(10.0)
+    assert abs(latent_only) > 0.008 and abs(with_reward) < 0.6 * abs(latent_only), (latent_only, with_reward)
+    assert changed and all(k.startswith("dynamics.") for k in changed)
+
+    report = finetune(go2_model, bags, dataclasses.replace(QUICK, dynamics_reward_weight=1.0))
+    assert report.published and "latent + reward error" in report.reason, report.reason
+    unmeasured = [{**e, "reward": np.full_like(e["reward"], np.nan)} for e in episodes]
+    monkeypatch.setattr(finetune_module, "real_episodes", lambda _: unmeasured)
+    with pytest.raises(BagError, match="no reward measured"):
+        finetune(go2_model, bags, dataclasses.replace(QUICK, dynamics_reward_weight=1.0))
+    assert list_versions(go2_model) == [0, 1]
 
 
 def test_finetune_command_publishes_into_a_working_copy_unless_in_place(

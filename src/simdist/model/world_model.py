@@ -191,10 +191,17 @@ class WorldModel(nn.Module):
         *,
         last_value_only: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        z_t = self._latent(ctx, latents.shape[0]).unsqueeze(1)
-        reward_in = torch.cat([z_t, latents[:, :-1]], dim=1)  # reward for step t+k is scored from z_t+k
         value = self.value(latents, command_n, last_only=last_value_only)
-        return self.reward(reward_in, command_n, actions_n), value
+        return self._reward(self._latent(ctx, latents.shape[0]), latents, actions_n, command_n), value
+
+    def _reward(
+        self, z_t: torch.Tensor, latents: torch.Tensor, actions_n: torch.Tensor, command_n: torch.Tensor
+    ) -> torch.Tensor:
+        """Normalised rewards t..t+T-1 (N, T) from z_t (N, D) and the predicted z_hat t+1..t+T (N, T, D)."""
+        reward_in = torch.cat(
+            [z_t.unsqueeze(1), latents[:, :-1]], dim=1
+        )  # reward for step t+k is scored from z_t+k
+        return self.reward(reward_in, command_n, actions_n)
 
     def _propose(self, ctx: Context, command_n: torch.Tensor) -> torch.Tensor:
         latent = self._latent(ctx, command_n.shape[0])

@@ -233,7 +233,16 @@ def adapt(
     return rows
 
 
-ADAPT_OPTIONS = ("max_steps", "max_minutes", "lr", "eval_every", "warmup_steps", "val_fraction", "seed")
+ADAPT_OPTIONS = (
+    "max_steps",
+    "max_minutes",
+    "lr",
+    "eval_every",
+    "warmup_steps",
+    "val_fraction",
+    "dynamics_reward_weight",
+    "seed",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

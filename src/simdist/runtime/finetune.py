@@ -2,7 +2,9 @@
 
 Only `model.dynamics` trains; encoder, history, reward, value, policy and normaliser stay bit-identical (checked
 before anything is published). Loss: latent consistency against the frozen encoder,
-mean_k || z_hat(t+k) - E(o(t+k)) ||^2 over the real future steps, as in pretraining. Two disjoint sets of held-out
+mean_k || z_hat(t+k) - E(o(t+k)) ||^2 over the real future steps, as in pretraining; with
+`dynamics_reward_weight` > 0 (outside the paper's recipe) also the rewards the robot measured, read by the frozen
+reward head from the predicted latents, and selection and the gate compare that sum. Two disjoint sets of held-out
 real episodes: one selects the best step (early stopping), the other decides the gate, so a version is refused
 unless its latent error is lower than the current one's on episodes that played no part in choosing it.
 Bags are read (and refused) before anything is written. Nothing here imports the simulator.
@@ -41,8 +43,8 @@ from simdist.model.checkpoint import (
     save_checkpoint,
     version_label,
 )
-from simdist.model.world_model import WorldModel
-from simdist.runtime.finetune_losses import FullFinetuneLoss, training_loss
+from simdist.model.world_model import Context, WorldModel
+from simdist.runtime.finetune_losses import FullFinetuneLoss, measured_reward_errors, training_loss
 from simdist.runtime.finetune_options import FinetuneOptions, add_option_arguments, options_from_args
 from simdist.runtime.real_data import check_dims, minutes_of_data, real_episodes, split_real
 from simdist.train.evaluate import heldout_latent_error, latent_by_horizon_plot
@@ -147,12 +149,22 @@ def finetune(
     if len(train) == 0 or len(select) == 0 or len(heldout) == 0:
         raise BagError(f"{Path(bags[0])}: too few steps for training and held-out windows")
     sim = _sim_sampler(options, model)
-    if options.trainable == "all":
-        rewards = np.concatenate([e["reward"] for e in episodes])
-        say(
-            f"the robot's reward is in the bags for {np.isfinite(rewards).mean():.1%} of the steps "
-            f"(the reward head trains on those; elsewhere it is anchored)"
-        )
+    reward_weight = options.dynamics_reward_weight if options.trainable != "all" else 0.0
+    if options.trainable == "all" or reward_weight > 0:
+        measured = float(np.isfinite(np.concatenate([e["reward"] for e in episodes])).mean())
+        if options.trainable == "all":
+            say(
+                f"the robot's reward is in the bags for {measured:.1%} of the steps "
+                f"(the reward head trains on those; elsewhere it is anchored)"
+            )
+        elif measured == 0:
+            raise BagError(
+                f"{Path(bags[0])}: no reward measured (/simdist/reward), which dynamics_reward_weight > 0 needs"
+            )
+        else:
+            say(
+                f"the robot's reward is in the bags for {measured:.1%} of the steps (read by the frozen reward head)"
+            )
 
     if options.trainable == "new_members":  # an ensemble's new members learn from scratch, not from member 0
         model.dynamics.fresh_members(options.seed)
@@ -176,11 +188,12 @@ def finetune(
     optimizer = torch.optim.Adam(params, lr=options.lr)
 
     limit = options.eval_windows
-    before = heldout_latent_error(model, heldout, limit=limit)
+    before, before_objective = _heldout(model, heldout, limit, reward_weight)
     say(
         f"held-out latent error of {version_label(base_version)}: {before.mean():.5f} ({len(heldout)} windows)"
+        + (f", objective {before_objective:.5f}" if reward_weight > 0 else "")
     )
-    best = float(heldout_latent_error(model, select, limit=limit).mean())
+    best = _heldout(model, select, limit, reward_weight)[1]
     best_state, since = copy.deepcopy(trained.state_dict()), 0
     per_epoch = math.ceil(len(train) / options.batch_size)
     total = options.max_epochs * per_epoch
@@ -207,7 +220,7 @@ def finetune(
         if full_loss is not None:
             loss = full_loss(model, batch)
         else:
-            loss = training_loss(model, batch, bootstrap)
+            loss = training_loss(model, batch, bootstrap, reward_weight)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, options.grad_clip)
@@ -221,7 +234,7 @@ def finetune(
                 and time.perf_counter() - train_start > options.max_minutes * 60
             )
             model.eval()
-            current = float(heldout_latent_error(model, select, limit=limit).mean())
+            current = _heldout(model, select, limit, reward_weight)[1]
             if current < best:
                 best, best_state, since = current, copy.deepcopy(trained.state_dict()), 0
             else:
@@ -235,10 +248,12 @@ def finetune(
     train_seconds = time.perf_counter() - train_start
     trained.load_state_dict(best_state)
     model.eval()
-    after = heldout_latent_error(model, heldout, limit=limit)
+    after, after_objective = _heldout(model, heldout, limit, reward_weight)
     _check_frozen(model, frozen)
 
-    improved = float(after.mean()) < float(before.mean()) * (1.0 - options.min_improvement)
+    improved = after_objective < before_objective * (1.0 - options.min_improvement)
+    # what the gate compared: the latent error, or with a reward weight latent + weight x reward error
+    measure = "held-out latent error" if reward_weight == 0 else "held-out latent + reward error"
     version: int | None = None
     if improved:
         note = json.dumps(
@@ -260,12 +275,15 @@ def finetune(
             version = 0
         else:
             version = publish_dynamics(folder, model, note=note)
-        reason = f"held-out latent error {before.mean():.5f} -> {after.mean():.5f}"
+        reason = f"{measure} {before_objective:.5f} -> {after_objective:.5f}"
     else:
         reason = (
-            f"refused: held-out latent error {after.mean():.5f} is not below the current "
-            f"{before.mean():.5f}" + (f" by {options.min_improvement:.0%}" if options.min_improvement else "")
+            f"refused: {measure} {after_objective:.5f} is not below the current "
+            f"{before_objective:.5f}"
+            + (f" by {options.min_improvement:.0%}" if options.min_improvement else "")
         )
+    if reward_weight > 0:
+        reason += f" (latent error {before.mean():.5f} -> {after.mean():.5f})"
     report = FinetuneReport(
         model=str(folder),
         bags=[str(b) for b in bags],
@@ -290,6 +308,25 @@ def finetune(
     write_report(report, folder / REPORTS_DIR)
     say(reason)
     return report
+
+
+def _heldout(
+    model: WorldModel, sampler: WindowSampler, limit: int, reward_weight: float
+) -> tuple[np.ndarray, float]:
+    """(held-out latent error per horizon step, the objective early stopping and the gate compare): the latent
+    error's mean, plus `reward_weight` x the frozen reward head's squared error against the measured rewards
+    (normalised units) where the weight is above 0."""
+    sums = [0.0, 0.0]
+
+    def add_reward_errors(batch: WindowBatch, ctx: Context, latents: torch.Tensor) -> None:
+        errors, measured = measured_reward_errors(model, batch, ctx.latent, latents[None])
+        sums[0] += float((errors[0] * measured).sum())
+        sums[1] += float(measured.sum())
+
+    latent = heldout_latent_error(
+        model, sampler, limit=limit, each=add_reward_errors if reward_weight > 0 else None
+    )
+    return latent, float(latent.mean()) + reward_weight * sums[0] / max(sums[1], 1.0)
 
 
 def _check_frozen(model: WorldModel, frozen: dict[str, torch.Tensor]) -> None:
@@ -350,6 +387,7 @@ CLI_OPTIONS = (
     "seed",
     "threads",
     "trainable",
+    "dynamics_reward_weight",
 )
 
 

@@ -1,5 +1,6 @@
 """What finetuning minimises: latent consistency of the predicted latents against the frozen encoder's (dynamics
-only, as in pretraining), and for the full-finetuning baseline an EMA target encoder, the rewards the robot
+only, as in pretraining; optionally with the measured reward read through the frozen reward head), and for the
+full-finetuning baseline an EMA target encoder, the rewards the robot
 measured, and the starting model's heads as anchors."""
 
 from __future__ import annotations
@@ -43,24 +44,54 @@ def latent_errors(model: WorldModel, batch: WindowBatch) -> torch.Tensor:
     return (predicted - target).pow(2).mean(-1)
 
 
-def training_loss(model: WorldModel, batch: WindowBatch, generator: torch.Generator) -> torch.Tensor:
-    """The latent-consistency loss every dynamics member trains on.
+def training_loss(
+    model: WorldModel, batch: WindowBatch, generator: torch.Generator, reward_weight: float = 0.0
+) -> torch.Tensor:
+    """The latent-consistency loss every dynamics member trains on, plus, with `reward_weight` > 0, the reward
+    the robot measured read by the frozen reward head from each member's predicted latents
+    (`measured_reward_errors`).
 
     One member: the masked mean squared error. An ensemble: each member's own error, each window weighted by a
     Poisson(1) draw per member (the online bootstrap), so the members see different resamples of the data and
     keep disagreeing where the data say nothing.
     """
-    dynamics = model.dynamics
-    if dynamics.members == 1:
-        return masked_mean(latent_errors(model, batch), batch)
     ctx, target = _context_and_target(model, batch)
-    members = dynamics.member_predictions(
-        ctx.latent, model.normalizer.normalize("action", batch.actions), ctx.dynamics_kv, ctx.key_mask
-    )
+    actions_n = model.normalizer.normalize("action", batch.actions)
+    if model.dynamics.members == 1:
+        members = model._predict(ctx, actions_n)[None]
+        weights = batch.future_mask.float()[None]
+    else:
+        members = model.dynamics.member_predictions(ctx.latent, actions_n, ctx.dynamics_kv, ctx.key_mask)
+        rate = torch.ones(members.shape[:2])
+        weights = torch.poisson(rate, generator=generator)[..., None] * batch.future_mask.float()
     errors = (members - target).pow(2).mean(-1)  # (K, B, T)
-    rate = torch.ones(errors.shape[:2])
-    weights = torch.poisson(rate, generator=generator)[..., None] * batch.future_mask.float()
-    return ((errors * weights).sum((1, 2)) / weights.sum((1, 2)).clamp_min(1.0)).mean()
+    loss = ((errors * weights).sum((1, 2)) / weights.sum((1, 2)).clamp_min(1.0)).mean()
+    if reward_weight > 0:
+        reward_errors, measured = measured_reward_errors(model, batch, ctx.latent, members)
+        rw = weights * measured
+        loss = (
+            loss + reward_weight * ((reward_errors * rw).sum((1, 2)) / rw.sum((1, 2)).clamp_min(1.0)).mean()
+        )
+    return loss
+
+
+def measured_reward_errors(
+    model: WorldModel, batch: WindowBatch, latent: torch.Tensor, members: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Squared error (K, B, T) of the frozen reward head, reading each member's predicted latents `members`
+    (K, B, T, D) from z_t `latent` (B, D), against the reward the robot measured (normalised units), and where it
+    was measured (B, T; 0 where the bag has none or the episode had ended). Gradients reach the latents only."""
+    n = model.normalizer
+    k = members.shape[0]
+    rewards = model._reward(
+        latent.repeat(k, 1),
+        members.flatten(0, 1),
+        n.normalize("action", batch.actions).repeat(k, 1, 1),
+        n.normalize("command", batch.command).repeat(k, 1, 1),
+    ).unflatten(0, (k, -1))
+    target = n.normalize("reward", batch.reward)
+    measured = (torch.isfinite(target) & batch.future_mask.bool()).float()
+    return (rewards - torch.nan_to_num(target)).pow(2), measured
 
 
 def masked_mean(errors: torch.Tensor, batch: WindowBatch) -> torch.Tensor:

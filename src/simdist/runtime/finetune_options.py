@@ -57,6 +57,14 @@ class FinetuneOptions:
         "what trains: dynamics (SimDist: every dynamics member), all (the full-finetuning baseline; it writes a "
         "model of its own to --out), new_members (an ensemble's members 1..K-1, from a fresh start)",
     )
+    # Dynamics-only finetuning: the rewards the robot measured (`/simdist/reward`) as a second target, read by the
+    # frozen reward head from the predicted latents, so only the dynamics learns from them; early stopping and the
+    # gate then compare latent error + this weight x reward error. 0 is the paper's recipe (latent loss alone).
+    dynamics_reward_weight: float = _option(
+        0.0,
+        "dynamics finetuning: weight of the reward the robot measured, read by the frozen reward head from the "
+        "predicted latents (0: the latent loss alone, the paper's recipe)",
+    )
     # Full finetuning only (trainable="all"), so that the forgetting baseline is the strongest reasonable one:
     # latent targets from an exponential moving average of the encoder (not the encoder being trained), the rewards
     # the robot measured (bags of a robot that reports them: `/simdist/reward`), and the starting model's value and
