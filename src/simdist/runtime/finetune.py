@@ -6,7 +6,8 @@ mean_k || z_hat(t+k) - E(o(t+k)) ||^2 over the real future steps, as in pretrain
 `dynamics_reward_weight` > 0 (outside the paper's recipe) also the rewards the robot measured, read by the frozen
 reward head from the predicted latents, and selection and the gate compare that sum. Two disjoint sets of held-out
 real episodes: one selects the best step (early stopping), the other decides the gate, so a version is refused
-unless its latent error is lower than the current one's on episodes that played no part in choosing it.
+unless its latent error (with a reward weight: that sum) is lower than the current one's on episodes that played no
+part in choosing it.
 Bags are read (and refused) before anything is written. Nothing here imports the simulator.
 
 `trainable="all"` is the full-finetuning (forgetting) baseline of `simdist experiment`, made as strong as is
