@@ -72,6 +72,26 @@ def test_the_rounds_table_counts_falls_where_the_robot_can_fall() -> None:
     assert "17.02" in narrow and "v0001" in narrow
     inserted = render([RoundResult(0, 0.0, "success", 0.5, None, "v0000", None, None)])
     assert "falls" not in inserted and "return" not in inserted
+    assert "gate's error" not in walked  # the gate compared the latent error alone: no second column
+    # a round whose gate compared latent + reward error (--dynamics-reward-weight) shows what refused it
+    gated = rows[:1] + [
+        RoundResult(
+            1,
+            15.0,
+            "forward progress (m)",
+            1.9,
+            0.0010,
+            "v0001",
+            False,
+            5,
+            0.0012,
+            4000,
+            11.0,
+            "0.0034 -> 0.0036",
+        )
+    ]
+    text = render(gated)
+    assert "gate's error" in text and "0.0034 -> 0.0036" in text and "(refused)" in text
 
 
 def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -414,7 +414,9 @@ def test_the_measured_reward_through_the_frozen_head_trains_the_dynamics_alone(
     assert changed and all(k.startswith("dynamics.") for k in changed)
 
     report = finetune(go2_model, bags, dataclasses.replace(QUICK, dynamics_reward_weight=1.0))
-    assert report.published and "latent + reward error" in report.reason, report.reason
+    assert report.published and "latent + 1 x reward error" in report.reason, report.reason
+    assert report.gate_measure == "held-out latent + 1 x reward error"
+    assert report.gate_after is not None and report.gate_after > report.after  # the reward error counted too
     unmeasured = [{**e, "reward": np.full_like(e["reward"], np.nan)} for e in episodes]
     monkeypatch.setattr(finetune_module, "real_episodes", lambda _: unmeasured)
     with pytest.raises(BagError, match="no reward measured"):

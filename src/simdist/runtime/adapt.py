@@ -42,6 +42,7 @@ class RoundResult:
     latent_before: float | None = None  # the same held-out error of the dynamics this round started from
     steps: int | None = None  # optimiser steps this round's finetuning took
     mean_return: float | None = None  # mean over episodes of the task reward summed (a simulated robot's)
+    gate: str | None = None  # "before -> after" of what the gate compared, where not the latent error alone
 
 
 def episode_returns(episodes: list[dict[str, Any]]) -> list[float] | None:
@@ -118,9 +119,16 @@ def _table(rows: list[RoundResult], title: str) -> Any:
     falls = any(r.falls is not None for r in rows)
     returns = any(r.mean_return is not None for r in rows)
     names = ["round", "data (min)", rows[0].metric if rows else "performance"]
-    names += ["falls"] * falls + ["return"] * returns + ["held-out error", "dynamics"]
-    for name in names:  # the error's "before -> after" stays on one line; headers wrap instead
-        table.add_column(name, justify="right", no_wrap=name == "held-out error")
+    gates = any(r.gate is not None for r in rows)  # the gate compared latent + reward error: show it
+    names += (
+        ["falls"] * falls
+        + ["return"] * returns
+        + ["held-out error"]
+        + ["gate's error"] * gates
+        + ["dynamics"]
+    )
+    for name in names:  # the errors' "before -> after" stay on one line; headers wrap instead
+        table.add_column(name, justify="right", no_wrap=name in ("held-out error", "gate's error"))
     for r in rows:
         latent = "-" if r.latent_error is None else f"{r.latent_error:.4f}"
         if r.latent_before is not None and r.latent_error is not None:
@@ -131,7 +139,7 @@ def _table(rows: list[RoundResult], title: str) -> Any:
             cells.append("-" if r.falls is None else str(r.falls))
         if returns:
             cells.append("-" if r.mean_return is None else f"{r.mean_return:.2f}")
-        table.add_row(*cells, latent, version)
+        table.add_row(*cells, latent, *([r.gate or "-"] if gates else []), version)
     return table
 
 
@@ -224,6 +232,9 @@ def adapt(
                 report["mean_before"],
                 report["steps"],
                 mean_return(ended),
+                None
+                if report["gate_measure"] == "held-out latent error"
+                else f"{report['gate_before']:.4f} -> {report['gate_after']:.4f}",
             )
         )
         if print_table is not None:

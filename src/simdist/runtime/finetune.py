@@ -75,6 +75,11 @@ class FinetuneReport:
     selection_episodes: int = 0  # the episodes that chose the best step
     stopped_by: str = ""  # what ended training: "steps" (all planned), "patience" or "budget" (max_minutes)
     train_seconds: float = 0.0  # the training loop's time: what the budget counts
+    # what the gate compared where it is not the latent error alone (dynamics_reward_weight > 0): its name, and its
+    # value for the current and the finetuned dynamics on the gate's episodes
+    gate_measure: str = "held-out latent error"
+    gate_before: float | None = None
+    gate_after: float | None = None
     report_json: str = ""
     report_png: str = ""
 
@@ -254,7 +259,11 @@ def finetune(
 
     improved = after_objective < before_objective * (1.0 - options.min_improvement)
     # what the gate compared: the latent error, or with a reward weight latent + weight x reward error
-    measure = "held-out latent error" if reward_weight == 0 else "held-out latent + reward error"
+    measure = (
+        "held-out latent error"
+        if reward_weight == 0
+        else f"held-out latent + {reward_weight:g} x reward error"
+    )
     version: int | None = None
     if improved:
         note = json.dumps(
@@ -305,6 +314,9 @@ def finetune(
         minutes_of_data=minutes_of_data(episodes),
         stopped_by=stopped_by,
         train_seconds=train_seconds,
+        gate_measure=measure,
+        gate_before=before_objective,
+        gate_after=after_objective,
     )
     write_report(report, folder / REPORTS_DIR)
     say(reason)
