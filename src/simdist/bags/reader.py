@@ -140,7 +140,9 @@ def read_episodes(bag_path: Path | str) -> list[dict[str, np.ndarray]]:
         command at each step), `reward` (N,) float32 (the reward each step's action earned, from /simdist/reward at
         the next tick; NaN where the bag has none: a robot that reports no reward, the last tick of a run, a gap),
         `step` (N,) int64 from 0, `timestamp_ns` (N,) int64, `model_version` (N,) str (the model that chose each
-        action), `success` (N,) bool (the episode's outcome, repeated so every key slices alike) and `episode_index`
+        action), `success` (N,) bool (the episode's outcome, repeated so every key slices alike), `terminal` (N,) bool
+        (True at the last step of an episode that ended in a fall: its end event's metrics say `fell`; nothing
+        follows it, unlike a time-out) and `episode_index`
         (N,) int64, the episode's number within this run (not unique across runs, hence not `episode`). Episodes
         without steps are dropped; an episode that never ended counts as unsuccessful.
 
@@ -168,24 +170,25 @@ def read_episodes(bag_path: Path | str) -> list[dict[str, np.ndarray]]:
     gap_n = np.array([int(e.get("ticks", 0)) for _, e in gaps], dtype=np.int64)
 
     # Episode intervals [start, end]; an unfinished episode runs until the next start or the end of the bag.
-    intervals: list[tuple[int, int, int, bool]] = []  # (index, start, end, success)
+    intervals: list[tuple[int, int, int, bool, bool]] = []  # (index, start, end, success, fell)
     open_start: tuple[int, int] | None = None
     for t, e in events:
         kind = e["event"]
         if kind == schema.EPISODE_START:
             if open_start is not None:
-                intervals.append((open_start[0], open_start[1], t - 1, False))
+                intervals.append((open_start[0], open_start[1], t - 1, False, False))
             open_start = (int(e.get("episode", len(intervals))), t)
         elif kind == schema.EPISODE_END and open_start is not None:
-            intervals.append((open_start[0], open_start[1], t, bool(e.get("success", False))))
+            fell = bool((e.get("metrics") or {}).get("fell", False))
+            intervals.append((open_start[0], open_start[1], t, bool(e.get("success", False)), fell))
             open_start = None
     if open_start is not None:
-        intervals.append((open_start[0], open_start[1], np.iinfo(np.int64).max, False))
+        intervals.append((open_start[0], open_start[1], np.iinfo(np.int64).max, False, False))
     if not intervals:
         raise BagError(f"{path}: topic {schema.EVENTS} marks no episode (no {schema.EPISODE_START} event)")
 
     episodes: list[dict[str, np.ndarray]] = []
-    for index, start, end, success in intervals:
+    for index, start, end, success, fell in intervals:
         lo, hi = np.searchsorted(obs_t, start, side="left"), np.searchsorted(obs_t, end, side="right")
         alo, ahi = np.searchsorted(act_t, start, side="left"), np.searchsorted(act_t, end, side="right")
         n = int(hi - lo)
@@ -221,6 +224,7 @@ def read_episodes(bag_path: Path | str) -> list[dict[str, np.ndarray]]:
             "timestamp_ns": step_t.copy(),
             "model_version": np.array([version_v[i] for i in ver_idx], dtype=str),
             "success": np.full(n, success, dtype=bool),
+            "terminal": np.arange(n) == n - 1 if fell else np.zeros(n, dtype=bool),
             "episode_index": np.full(n, index, dtype=np.int64),
             "segment": segment,
         }

@@ -252,6 +252,7 @@ ADAPT_OPTIONS = (
     "warmup_steps",
     "val_fraction",
     "dynamics_reward_weight",
+    "dynamics_value_weight",
     "seed",
 )
 

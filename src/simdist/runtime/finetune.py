@@ -3,8 +3,9 @@
 Only `model.dynamics` trains; encoder, history, reward, value, policy and normaliser stay bit-identical (checked
 before anything is published). Loss: latent consistency against the frozen encoder,
 mean_k || z_hat(t+k) - E(o(t+k)) ||^2 over the real future steps, as in pretraining; with
-`dynamics_reward_weight` > 0 (outside the paper's recipe) also the rewards the robot measured, read by the frozen
-reward head from the predicted latents, and selection and the gate compare that sum. Two disjoint sets of held-out
+`dynamics_reward_weight` / `dynamics_value_weight` > 0 (outside the paper's recipe) also the rewards the robot
+measured and the returns it earned, read by the frozen reward and value heads from the predicted latents, and
+selection and the gate compare that sum. Two disjoint sets of held-out
 real episodes: one selects the best step (early stopping), the other decides the gate, so a version is refused
 unless its latent error (with a reward weight: that sum) is lower than the current one's on episodes that played no
 part in choosing it.
@@ -45,9 +46,9 @@ from simdist.model.checkpoint import (
     version_label,
 )
 from simdist.model.world_model import Context, WorldModel
-from simdist.runtime.finetune_losses import FullFinetuneLoss, measured_reward_errors, training_loss
+from simdist.runtime.finetune_losses import FullFinetuneLoss, measured_errors, training_loss
 from simdist.runtime.finetune_options import FinetuneOptions, add_option_arguments, options_from_args
-from simdist.runtime.real_data import check_dims, minutes_of_data, real_episodes, split_real
+from simdist.runtime.real_data import check_dims, measured_returns, minutes_of_data, real_episodes, split_real
 from simdist.train.evaluate import heldout_latent_error, latent_by_horizon_plot
 from simdist.train.schedule import learning_rate
 
@@ -155,8 +156,10 @@ def finetune(
     if len(train) == 0 or len(select) == 0 or len(heldout) == 0:
         raise BagError(f"{Path(bags[0])}: too few steps for training and held-out windows")
     sim = _sim_sampler(options, model)
-    reward_weight = options.dynamics_reward_weight if options.trainable != "all" else 0.0
-    if options.trainable == "all" or reward_weight > 0:
+    dynamics_only = options.trainable != "all"
+    reward_weight = options.dynamics_reward_weight if dynamics_only else 0.0
+    value_weight = options.dynamics_value_weight if dynamics_only else 0.0
+    if options.trainable == "all" or reward_weight > 0 or value_weight > 0:
         measured = float(np.isfinite(np.concatenate([e["reward"] for e in episodes])).mean())
         if options.trainable == "all":
             say(
@@ -165,12 +168,16 @@ def finetune(
             )
         elif measured == 0:
             raise BagError(
-                f"{Path(bags[0])}: no reward measured (/simdist/reward), which dynamics_reward_weight > 0 needs"
+                f"{Path(bags[0])}: no reward measured (/simdist/reward), which a dynamics reward or value "
+                "weight needs"
             )
         else:
             say(
-                f"the robot's reward is in the bags for {measured:.1%} of the steps (read by the frozen reward head)"
+                f"the robot's reward is in the bags for {measured:.1%} of the steps (read by the frozen heads)"
             )
+    if value_weight > 0:  # the return each step's state earned: what the frozen value head should read
+        for e in episodes:
+            e["value"] = measured_returns(e, options.discount)
 
     if options.trainable == "new_members":  # an ensemble's new members learn from scratch, not from member 0
         model.dynamics.fresh_members(options.seed)
@@ -194,12 +201,13 @@ def finetune(
     optimizer = torch.optim.Adam(params, lr=options.lr)
 
     limit = options.eval_windows
-    before, before_objective = _heldout(model, heldout, limit, reward_weight)
+    weights = {"reward": reward_weight, "value": value_weight}
+    before, before_objective = _heldout(model, heldout, limit, weights)
     say(
         f"held-out latent error of {version_label(base_version)}: {before.mean():.5f} ({len(heldout)} windows)"
-        + (f", objective {before_objective:.5f}" if reward_weight > 0 else "")
+        + (f", objective {before_objective:.5f}" if any(weights.values()) else "")
     )
-    best = _heldout(model, select, limit, reward_weight)[1]
+    best = _heldout(model, select, limit, weights)[1]
     best_state, since = copy.deepcopy(trained.state_dict()), 0
     per_epoch = math.ceil(len(train) / options.batch_size)
     total = options.max_epochs * per_epoch
@@ -226,7 +234,7 @@ def finetune(
         if full_loss is not None:
             loss = full_loss(model, batch)
         else:
-            loss = training_loss(model, batch, bootstrap, reward_weight)
+            loss = training_loss(model, batch, bootstrap, reward_weight, value_weight)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, options.grad_clip)
@@ -240,7 +248,7 @@ def finetune(
                 and time.perf_counter() - train_start > options.max_minutes * 60
             )
             model.eval()
-            current = _heldout(model, select, limit, reward_weight)[1]
+            current = _heldout(model, select, limit, weights)[1]
             if current < best:
                 best, best_state, since = current, copy.deepcopy(trained.state_dict()), 0
             else:
@@ -254,15 +262,13 @@ def finetune(
     train_seconds = time.perf_counter() - train_start
     trained.load_state_dict(best_state)
     model.eval()
-    after, after_objective = _heldout(model, heldout, limit, reward_weight)
+    after, after_objective = _heldout(model, heldout, limit, weights)
     _check_frozen(model, frozen)
 
     improved = after_objective < before_objective * (1.0 - options.min_improvement)
-    # what the gate compared: the latent error, or with a reward weight latent + weight x reward error
+    # what the gate compared: the latent error, or with head weights latent + weight x each head's error
     measure = (
-        "held-out latent error"
-        if reward_weight == 0
-        else f"held-out latent + {reward_weight:g} x reward error"
+        "held-out latent" + "".join(f" + {w:g} x {name}" for name, w in weights.items() if w > 0) + " error"
     )
     version: int | None = None
     if improved:
@@ -292,7 +298,7 @@ def finetune(
             f"{before_objective:.5f}"
             + (f" by {options.min_improvement:.0%}" if options.min_improvement else "")
         )
-    if reward_weight > 0:
+    if any(weights.values()):
         reason += f" (latent error {before.mean():.5f} -> {after.mean():.5f})"
     report = FinetuneReport(
         model=str(folder),
@@ -324,22 +330,21 @@ def finetune(
 
 
 def _heldout(
-    model: WorldModel, sampler: WindowSampler, limit: int, reward_weight: float
+    model: WorldModel, sampler: WindowSampler, limit: int, weights: dict[str, float]
 ) -> tuple[np.ndarray, float]:
     """(held-out latent error per horizon step, the objective early stopping and the gate compare): the latent
-    error's mean, plus `reward_weight` x the frozen reward head's squared error against the measured rewards
-    (normalised units) where the weight is above 0."""
-    sums = [0.0, 0.0]
+    error's mean, plus for each head ("reward", "value") with a weight above 0 that weight x the frozen head's
+    squared error against what the robot measured (normalised units)."""
+    sums = {name: [0.0, 0.0] for name, w in weights.items() if w > 0}
 
-    def add_reward_errors(batch: WindowBatch, ctx: Context, latents: torch.Tensor) -> None:
-        errors, measured = measured_reward_errors(model, batch, ctx.latent, latents[None])
-        sums[0] += float((errors[0] * measured).sum())
-        sums[1] += float(measured.sum())
+    def add_head_errors(batch: WindowBatch, ctx: Context, latents: torch.Tensor) -> None:
+        for name, acc in sums.items():
+            errors, measured = measured_errors(model, batch, ctx.latent, latents[None], name)
+            acc[0] += float((errors[0] * measured).sum())
+            acc[1] += float(measured.sum())
 
-    latent = heldout_latent_error(
-        model, sampler, limit=limit, each=add_reward_errors if reward_weight > 0 else None
-    )
-    return latent, float(latent.mean()) + reward_weight * sums[0] / max(sums[1], 1.0)
+    latent = heldout_latent_error(model, sampler, limit=limit, each=add_head_errors if sums else None)
+    return latent, float(latent.mean()) + sum(weights[k] * a[0] / max(a[1], 1.0) for k, a in sums.items())
 
 
 def _check_frozen(model: WorldModel, frozen: dict[str, torch.Tensor]) -> None:
@@ -401,6 +406,7 @@ CLI_OPTIONS = (
     "threads",
     "trainable",
     "dynamics_reward_weight",
+    "dynamics_value_weight",
 )
 
 

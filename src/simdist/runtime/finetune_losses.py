@@ -1,6 +1,6 @@
 """What finetuning minimises: latent consistency of the predicted latents against the frozen encoder's (dynamics
-only, as in pretraining; optionally with the measured reward read through the frozen reward head), and for the
-full-finetuning baseline an EMA target encoder, the rewards the robot
+only, as in pretraining; optionally with the measured reward and return read through the frozen heads), and for
+the full-finetuning baseline an EMA target encoder, the rewards the robot
 measured, and the starting model's heads as anchors."""
 
 from __future__ import annotations
@@ -45,11 +45,15 @@ def latent_errors(model: WorldModel, batch: WindowBatch) -> torch.Tensor:
 
 
 def training_loss(
-    model: WorldModel, batch: WindowBatch, generator: torch.Generator, reward_weight: float = 0.0
+    model: WorldModel,
+    batch: WindowBatch,
+    generator: torch.Generator,
+    reward_weight: float = 0.0,
+    value_weight: float = 0.0,
 ) -> torch.Tensor:
-    """The latent-consistency loss every dynamics member trains on, plus, with `reward_weight` > 0, the reward
-    the robot measured read by the frozen reward head from each member's predicted latents
-    (`measured_reward_errors`).
+    """The latent-consistency loss every dynamics member trains on, plus, with a weight above 0, the reward the
+    robot measured and the return it earned (`batch.value`, `real_data.measured_returns`), read by the frozen
+    reward and value heads from each member's predicted latents (`measured_errors`).
 
     One member: the masked mean squared error. An ensemble: each member's own error, each window weighted by a
     Poisson(1) draw per member (the online bootstrap), so the members see different resamples of the data and
@@ -64,34 +68,38 @@ def training_loss(
         members = model.dynamics.member_predictions(ctx.latent, actions_n, ctx.dynamics_kv, ctx.key_mask)
         rate = torch.ones(members.shape[:2])
         weights = torch.poisson(rate, generator=generator)[..., None] * batch.future_mask.float()
-    errors = (members - target).pow(2).mean(-1)  # (K, B, T)
-    loss = ((errors * weights).sum((1, 2)) / weights.sum((1, 2)).clamp_min(1.0)).mean()
-    if reward_weight > 0:
-        reward_errors, measured = measured_reward_errors(model, batch, ctx.latent, members)
-        rw = weights * measured
-        loss = (
-            loss + reward_weight * ((reward_errors * rw).sum((1, 2)) / rw.sum((1, 2)).clamp_min(1.0)).mean()
-        )
+
+    def mean(errors: torch.Tensor, w: torch.Tensor) -> torch.Tensor:  # each member's weighted mean, averaged
+        return ((errors * w).sum((1, 2)) / w.sum((1, 2)).clamp_min(1.0)).mean()
+
+    loss = mean((members - target).pow(2).mean(-1), weights)  # (K, B, T) errors
+    for name, weight in (("reward", reward_weight), ("value", value_weight)):
+        if weight > 0:
+            errors, measured = measured_errors(model, batch, ctx.latent, members, name)
+            loss = loss + weight * mean(errors, weights * measured)
     return loss
 
 
-def measured_reward_errors(
-    model: WorldModel, batch: WindowBatch, latent: torch.Tensor, members: torch.Tensor
+def measured_errors(
+    model: WorldModel, batch: WindowBatch, latent: torch.Tensor, members: torch.Tensor, head: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Squared error (K, B, T) of the frozen reward head, reading each member's predicted latents `members`
-    (K, B, T, D) from z_t `latent` (B, D), against the reward the robot measured (normalised units), and where it
-    was measured (B, T; 0 where the bag has none or the episode had ended). Gradients reach the latents only."""
+    """Squared error (K, B, T) of the frozen `head` ("reward" or "value"), reading each member's predicted latents
+    `members` (K, B, T, D) from z_t `latent` (B, D), against what the robot measured (normalised units): the
+    rewards t..t+T-1 (`batch.reward`), or the returns from t+1..t+T (`batch.value`, where real data carries them);
+    and where it was measured (B, T; 0 where the bag has none or the episode had ended). Gradients reach the
+    latents only."""
     n = model.normalizer
     k = members.shape[0]
-    rewards = model._reward(
-        latent.repeat(k, 1),
-        members.flatten(0, 1),
-        n.normalize("action", batch.actions).repeat(k, 1, 1),
-        n.normalize("command", batch.command).repeat(k, 1, 1),
-    ).unflatten(0, (k, -1))
-    target = n.normalize("reward", batch.reward)
+    command_n = n.normalize("command", batch.command).repeat(k, 1, 1)
+    if head == "reward":
+        actions_n = n.normalize("action", batch.actions).repeat(k, 1, 1)
+        out = model._reward(latent.repeat(k, 1), members.flatten(0, 1), actions_n, command_n)
+        target = n.normalize("reward", batch.reward)
+    else:
+        out = model.value(members.flatten(0, 1), command_n)
+        target = n.normalize("value", batch.value)
     measured = (torch.isfinite(target) & batch.future_mask.bool()).float()
-    return (rewards - torch.nan_to_num(target)).pow(2), measured
+    return (out.unflatten(0, (k, -1)) - torch.nan_to_num(target)).pow(2), measured
 
 
 def masked_mean(errors: torch.Tensor, batch: WindowBatch) -> torch.Tensor:

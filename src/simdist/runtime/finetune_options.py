@@ -59,12 +59,20 @@ class FinetuneOptions:
     )
     # Dynamics-only finetuning: the rewards the robot measured (`/simdist/reward`) as a second target, read by the
     # frozen reward head from the predicted latents, so only the dynamics learns from them; early stopping and the
-    # gate then compare latent error + this weight x reward error. 0 is the paper's recipe (latent loss alone).
+    # gate then compare latent error + this weight x reward error (+ the value's, below). 0 is the paper's recipe.
     dynamics_reward_weight: float = _option(
         0.0,
         "dynamics finetuning: weight of the reward the robot measured, read by the frozen reward head from the "
         "predicted latents (0: the latent loss alone, the paper's recipe)",
     )
+    # The same for the value head: the discounted return the robot earned from each step on
+    # (`real_data.measured_returns`, at `discount`, the critic's), read by the frozen value head.
+    dynamics_value_weight: float = _option(
+        0.0,
+        "dynamics finetuning: weight of the return the robot earned (from the measured rewards), read by the "
+        "frozen value head from the predicted latents (0: the paper's recipe)",
+    )
+    discount: float = 0.99
     # Full finetuning only (trainable="all"), so that the forgetting baseline is the strongest reasonable one:
     # latent targets from an exponential moving average of the encoder (not the encoder being trained), the rewards
     # the robot measured (bags of a robot that reports them: `/simdist/reward`), and the starting model's value and

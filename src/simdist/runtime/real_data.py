@@ -62,9 +62,33 @@ def real_episodes(bags: Sequence[str | Path]) -> list[dict[str, np.ndarray]]:
                     "expert_flag": np.zeros(n, bool),
                     "episode": np.full(n, base + stretch_id(episode), np.int64),
                     "step": episode["step"].astype(np.int32),
+                    "terminal": episode["terminal"],
                     "timestamp_ns": episode["timestamp_ns"],
                 }
             )
+    return out
+
+
+def measured_returns(episode: dict[str, np.ndarray], discount: float, tail: int = 50) -> np.ndarray:
+    """The discounted return of the measured rewards from each step on, (N,) float32: what the robot earned, the
+    real counterpart of the critic's value that the value head learnt in simulation.
+
+    The sum stops at the first step without a measured reward, or at the stretch's end. Past a fall (`terminal`)
+    nothing follows; past a time-out, a gap or an unmeasured step the robot would have gone on, so the sum ends with
+    the steady value of its last `tail` rewards, mean / (1 - discount). NaN throughout where no reward was measured.
+    """
+    reward = np.asarray(episode["reward"], dtype=np.float64)
+    n = len(reward)
+    unmeasured = np.flatnonzero(~np.isfinite(reward))
+    end = int(unmeasured[0]) if len(unmeasured) else n  # steps [0, end) have rewards
+    out = np.full(n, np.nan, dtype=np.float32)
+    if end == 0:
+        return out
+    fell = end == n and bool(np.asarray(episode.get("terminal", np.zeros(n, bool)))[-1])
+    after = 0.0 if fell else float(reward[max(0, end - tail) : end].mean()) / (1.0 - discount)
+    for i in range(end - 1, -1, -1):
+        after = reward[i] + discount * after
+        out[i] = after
     return out
 
 
