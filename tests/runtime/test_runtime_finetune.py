@@ -430,6 +430,17 @@ def test_what_the_robot_measured_through_a_frozen_head_trains_the_dynamics_alone
     report = finetune(go2_model, bags, dataclasses.replace(QUICK, **{option: 1.0}))
     assert report.published and report.gate_measure == f"held-out latent + 1 x {head} error", report.reason
     assert report.gate_after is not None and report.gate_after > report.after  # the head's error counted too
+    # ... against what the robot measured: the gate's starting figure, recomputed from the bags' own targets
+    from simdist.runtime.finetune import _heldout
+    from simdist.runtime.real_data import split_real
+
+    measured_episodes = real_episodes(bags)
+    for e in measured_episodes:
+        e["value"] = measured_returns(e, 0.99)
+    source, _, _, decide = split_real(measured_episodes, QUICK.val_fraction)
+    gate = WindowSampler(source, start.history, start.horizon, decide)
+    expected = _heldout(start.eval(), gate, QUICK.eval_windows, {head: 1.0})[1]
+    assert report.gate_before == pytest.approx(expected, rel=1e-4)
     unmeasured = [{**e, "reward": np.full_like(e["reward"], np.nan)} for e in episodes]
     monkeypatch.setattr(finetune_module, "real_episodes", lambda _: unmeasured)
     with pytest.raises(BagError, match="no reward measured"):

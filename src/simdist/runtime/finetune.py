@@ -149,12 +149,6 @@ def finetune(
     check_dims(episodes, model, bags)
     if options.threads > 0:
         torch.set_num_threads(options.threads)
-    source, train_idx, select_idx, decide_idx = split_real(episodes, options.val_fraction)
-    train = WindowSampler(source, model.history, model.horizon, train_idx)
-    select = WindowSampler(source, model.history, model.horizon, select_idx)
-    heldout = WindowSampler(source, model.history, model.horizon, decide_idx)
-    if len(train) == 0 or len(select) == 0 or len(heldout) == 0:
-        raise BagError(f"{Path(bags[0])}: too few steps for training and held-out windows")
     sim = _sim_sampler(options, model)
     dynamics_only = options.trainable != "all"
     reward_weight = options.dynamics_reward_weight if dynamics_only else 0.0
@@ -178,6 +172,14 @@ def finetune(
     if value_weight > 0:  # the return each step's state earned: what the frozen value head should read
         for e in episodes:
             e["value"] = measured_returns(e, options.discount)
+
+    # the windows are cut only now, so that they carry the returns above
+    source, train_idx, select_idx, decide_idx = split_real(episodes, options.val_fraction)
+    train = WindowSampler(source, model.history, model.horizon, train_idx)
+    select = WindowSampler(source, model.history, model.horizon, select_idx)
+    heldout = WindowSampler(source, model.history, model.horizon, decide_idx)
+    if len(train) == 0 or len(select) == 0 or len(heldout) == 0:
+        raise BagError(f"{Path(bags[0])}: too few steps for training and held-out windows")
 
     if options.trainable == "new_members":  # an ensemble's new members learn from scratch, not from member 0
         model.dynamics.fresh_members(options.seed)
