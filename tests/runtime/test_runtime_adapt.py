@@ -72,8 +72,8 @@ def test_the_rounds_table_counts_falls_where_the_robot_can_fall() -> None:
     assert "17.02" in narrow and "v0001" in narrow
     inserted = render([RoundResult(0, 0.0, "success", 0.5, None, "v0000", None, None)])
     assert "falls" not in inserted and "return" not in inserted
-    assert "gate's error" not in walked  # the gate compared the latent error alone: no second column
-    # a round whose gate compared latent + reward error (--dynamics-reward-weight) shows what refused it
+    assert "gate" not in walked  # the gate compared the latent error alone: nothing more to show
+    # a round whose gate compared latent + head errors (--dynamics-reward-weight) shows what refused it, whole in 80
     gated = rows[:1] + [
         RoundResult(
             1,
@@ -90,8 +90,10 @@ def test_the_rounds_table_counts_falls_where_the_robot_can_fall() -> None:
             "0.0034 -> 0.0036",
         )
     ]
-    text = render(gated)
-    assert "gate's error" in text and "0.0034 -> 0.0036" in text and "(refused)" in text
+    text = render(gated, width=80)
+    assert max(len(line) for line in text.splitlines()) <= 80 and "…" not in text, text
+    assert "round 1 0.0034 -> 0.0036" in " ".join(text.split()) and "0.0012 -> 0.0010" in text
+    assert "(refused)" in text
 
 
 def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -119,16 +119,9 @@ def _table(rows: list[RoundResult], title: str) -> Any:
     falls = any(r.falls is not None for r in rows)
     returns = any(r.mean_return is not None for r in rows)
     names = ["round", "data (min)", rows[0].metric if rows else "performance"]
-    gates = any(r.gate is not None for r in rows)  # the gate compared latent + reward error: show it
-    names += (
-        ["falls"] * falls
-        + ["return"] * returns
-        + ["held-out error"]
-        + ["gate's error"] * gates
-        + ["dynamics"]
-    )
-    for name in names:  # the errors' "before -> after" stay on one line; headers wrap instead
-        table.add_column(name, justify="right", no_wrap=name in ("held-out error", "gate's error"))
+    names += ["falls"] * falls + ["return"] * returns + ["held-out error", "dynamics"]
+    for name in names:  # the error's "before -> after" stays on one line; headers wrap instead
+        table.add_column(name, justify="right", no_wrap=name == "held-out error")
     for r in rows:
         latent = "-" if r.latent_error is None else f"{r.latent_error:.4f}"
         if r.latent_before is not None and r.latent_error is not None:
@@ -139,7 +132,10 @@ def _table(rows: list[RoundResult], title: str) -> Any:
             cells.append("-" if r.falls is None else str(r.falls))
         if returns:
             cells.append("-" if r.mean_return is None else f"{r.mean_return:.2f}")
-        table.add_row(*cells, latent, *([r.gate or "-"] if gates else []), version)
+        table.add_row(*cells, latent, version)
+    gates = [f"round {r.round} {r.gate}" for r in rows if r.gate is not None]
+    if gates:  # the gate compared latent + head errors (--dynamics-*-weight): what it decided on
+        table.caption = "the gate's latent + head errors: " + ", ".join(gates)
     return table
 
 
