@@ -40,6 +40,42 @@ def test_the_bag_says_which_episodes_ended_in_a_fall(tmp_path: Path) -> None:
             for i in range(5):
                 bag.append(observation=np.full(35, i), action=np.zeros(12), command=np.zeros(3), reward=1.0)
             bag.end_episode(success=False, metrics={"progress_m": 0.3, "fell": fell})
-    first, second = real_episodes([path])
+        # the robot's own word where it gives one: a protective stop that is no fall terminates too
+        bag.start_episode(model_version="v0000")
+        for i in range(3):
+            bag.append(observation=np.full(35, i), action=np.zeros(12), command=np.zeros(3), reward=1.0)
+        bag.end_episode(success=False, metrics={"fell": 0.0}, terminated=True)
+    first, second, stopped = real_episodes([path])
     assert first["terminal"].tolist() == [False] * 4 + [True]
-    assert not second["terminal"].any()
+    assert not second["terminal"].any() and stopped["terminal"].tolist() == [False, False, True]
+
+
+def test_a_deployed_run_records_which_episodes_terminated(tmp_path: Path) -> None:
+    import sys
+
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fast_planner import FAST_PLANNER
+
+    from simdist.bags import read_episodes
+    from simdist.runtime.deploy import run_deploy
+    from simdist.runtime.scratch import write_random_checkpoint
+
+    torch.set_num_threads(1)
+    model = write_random_checkpoint(tmp_path / "model", "go2_slope")
+    result = run_deploy(
+        "go2_slope",
+        "sim:ptfe",
+        model,
+        seconds=3.0,
+        bag_dir=tmp_path / "bags",
+        seed=0,
+        overrides={"episode_seconds": 0.5},
+        planner_overrides=FAST_PLANNER,
+    )
+    ended = result.stats.episodes
+    episodes = read_episodes(result.bag)
+    assert len(ended) >= 3
+    for e, recorded in zip(ended, episodes, strict=False):
+        assert bool(recorded["terminal"][-1]) == bool(e["terminated"]) == bool(e["metrics"]["fell"])

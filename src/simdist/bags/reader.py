@@ -141,8 +141,8 @@ def read_episodes(bag_path: Path | str) -> list[dict[str, np.ndarray]]:
         the next tick; NaN where the bag has none: a robot that reports no reward, the last tick of a run, a gap),
         `step` (N,) int64 from 0, `timestamp_ns` (N,) int64, `model_version` (N,) str (the model that chose each
         action), `success` (N,) bool (the episode's outcome, repeated so every key slices alike), `terminal` (N,) bool
-        (True at the last step of an episode that ended in a fall: its end event's metrics say `fell`; nothing
-        follows it, unlike a time-out) and `episode_index`
+        (True at the last step of an episode that terminated: a fall or a protective stop, its end event's
+        `terminated`, or for bags without it the metrics' `fell`; nothing follows it, unlike a time-out) and `episode_index`
         (N,) int64, the episode's number within this run (not unique across runs, hence not `episode`). Episodes
         without steps are dropped; an episode that never ended counts as unsuccessful.
 
@@ -179,7 +179,8 @@ def read_episodes(bag_path: Path | str) -> list[dict[str, np.ndarray]]:
                 intervals.append((open_start[0], open_start[1], t - 1, False, False))
             open_start = (int(e.get("episode", len(intervals))), t)
         elif kind == schema.EPISODE_END and open_start is not None:
-            fell = bool((e.get("metrics") or {}).get("fell", False))
+            # `terminated` where the robot reported it (a fall, a protective stop), else the metrics' `fell`
+            fell = bool(e.get("terminated", (e.get("metrics") or {}).get("fell", False)))
             intervals.append((open_start[0], open_start[1], t, bool(e.get("success", False)), fell))
             open_start = None
     if open_start is not None:

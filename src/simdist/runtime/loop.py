@@ -299,7 +299,9 @@ class DeployLoop:
         if self.bag is not None:
             metrics = ended["metrics"] if ended else {}
             success = bool(metrics.get("success", False))
-            self.bag.end_episode(success=success, stamp_ns=stamp_ns, metrics=metrics)
+            # whether the episode terminated (a fall, a protective stop) rather than ran out of time
+            fields = {"terminated": bool(ended["terminated"])} if ended and "terminated" in ended else {}
+            self.bag.end_episode(success=success, stamp_ns=stamp_ns, metrics=metrics, **fields)
 
     def _start_episode(self, stamp_ns: int, state: Any) -> None:
         self._episode += 1
