@@ -422,3 +422,18 @@ def test_a_nonfinite_pinned_step_is_refused() -> None:
     model = PointMass(horizon=4)
     with pytest.raises(ValueError, match="first_action"):
         tick(Planner(model, config()), model, first_action=torch.tensor([float("nan"), 0.0]))
+
+
+def test_each_episode_draws_its_own_noise_and_replays_it() -> None:
+    model = PointMass(horizon=4)
+    planner = Planner(model, config(iterations=1, num_samples=64, elites=8), seed=7)
+    first = []
+    for episode in (0, 1, 2):
+        planner.reset(episode)
+        first.append(tick(planner, model).actions)
+    assert not torch.equal(first[0], first[1]) and not torch.equal(first[1], first[2])
+    planner.reset(1)
+    assert torch.equal(tick(planner, model).actions, first[1])  # episode 1 replays as it ran
+    other = Planner(model, config(iterations=1, num_samples=64, elites=8), seed=8)
+    other.reset(1)
+    assert not torch.equal(tick(other, model).actions, first[1])  # another run's episode 1 is another draw

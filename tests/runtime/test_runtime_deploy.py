@@ -446,3 +446,29 @@ def test_a_model_that_outputs_nan_holds_and_escalates_to_the_safe_stop(
     )
     stats = result.stats
     assert stats.fresh == 5 and stats.safe_stops == 1 and stats.held == 10 and stats.ticks == 15
+
+
+def test_the_episodes_of_a_run_do_not_share_the_planners_noise(
+    ur5e_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reseed to the same value at every episode would give all of a run's episodes one draw of the search's
+    noise (on the peg, a bad draw failed 110 of 113 episodes of one run); each episode gets its own, and a run
+    replays its episodes' draws exactly."""
+    from simdist.plan.mppi import Planner
+
+    seeds: list[int] = []
+    reset = Planner.reset
+
+    def recording(self: Planner, episode: int | None = None) -> None:
+        reset(self, episode)
+        seeds.append(self._generator.initial_seed())
+
+    monkeypatch.setattr(Planner, "reset", recording)
+    runs = []
+    for _ in range(2):
+        seeds.clear()
+        result = run_deploy("ur5e_peg", "sim:sim", ur5e_model, ticks=250, planner_overrides=FAST_PLANNER, seed=3)
+        assert result.stats.errors == 0 and len(result.stats.episodes) >= 3
+        runs.append(seeds[-len(result.stats.episodes) :])  # after the warm-up's resets, one per episode
+    assert len(set(runs[0])) == len(runs[0])
+    assert runs[0] == runs[1]

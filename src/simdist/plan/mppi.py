@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -52,6 +53,11 @@ def _ar1_filter(rho: float, horizon: int, device: torch.device) -> Tensor | None
     lags = torch.arange(horizon, dtype=torch.float64)
     corr = rho ** (lags[:, None] - lags[None, :]).abs()
     return torch.linalg.cholesky(corr).to(device, torch.float32)
+
+
+def episode_seed(seed: int, episode: int) -> int:
+    """A well-mixed seed of the planner's noise for one episode of a run (seed, episode >= 0)."""
+    return int(np.random.SeedSequence([seed & 0xFFFF_FFFF_FFFF_FFFF, episode]).generate_state(1)[0])
 
 
 class Planner:
@@ -124,9 +130,16 @@ class Planner:
             )
         return out
 
-    def reset(self) -> None:
-        """Forget the warm start and reseed, so an episode replays exactly."""
-        self._generator.manual_seed(self._seed)
+    def reset(self, episode: int | None = None) -> None:
+        """Forget the warm start and reseed, so an episode replays exactly.
+
+        With `episode`, the noise is that episode's own (drawn from the planner's seed and the episode's index):
+        episodes of one run are independent draws, and episode k of a run replays as it did. Without it, every
+        reset starts the same noise again, and a run's episodes would all share one draw of the search's noise,
+        a per-run effect that no count of episodes averages away.
+        """
+        seed = self._seed if episode is None else episode_seed(self._seed, episode)
+        self._generator.manual_seed(seed)
         self._last: Tensor | None = None  # the previous plan's actions (T,A) as executed, None after a reset
         self._last_prev: Tensor | None = None
         # a fallback plan is executed (the next ticks rate-limit from it) but never warm-started from

@@ -162,7 +162,7 @@ class DeployLoop:
         planner = self.planner
         planner.model = job.model
         if job.reset:
-            planner.reset()
+            planner.reset(job.episode)  # each episode its own draw of the search's noise
             self._computed = None
         # The warm start shifts the plan the planner computed last, so the shift is counted from that plan's
         # tick (not from the last plan the control thread adopted: a late one may not be adopted yet).
