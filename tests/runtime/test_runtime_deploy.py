@@ -467,7 +467,9 @@ def test_the_episodes_of_a_run_do_not_share_the_planners_noise(
     runs = []
     for _ in range(2):
         seeds.clear()
-        result = run_deploy("ur5e_peg", "sim:sim", ur5e_model, ticks=250, planner_overrides=FAST_PLANNER, seed=3)
+        result = run_deploy(
+            "ur5e_peg", "sim:sim", ur5e_model, ticks=250, planner_overrides=FAST_PLANNER, seed=3
+        )
         assert result.stats.errors == 0 and len(result.stats.episodes) >= 3
         runs.append(seeds[-len(result.stats.episodes) :])  # after the warm-up's resets, one per episode
     assert len(set(runs[0])) == len(runs[0])
