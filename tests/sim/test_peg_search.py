@@ -62,3 +62,28 @@ def test_each_phase_acts_on_the_measurements_alone():
     chamfer = act((0.003, 0.0, -0.002), (-20.0, 0.0, 20.0))  # on the chamfer, pushed towards -x: follow it
     assert chamfer[0] < 0 and abs(chamfer[1]) < 1e-6 and chamfer[2] < 0
     assert all(np.all(np.abs(a) <= 1.0) for a in (far, near, pressing, chamfer))
+
+
+def _episode_end(end_on_success: bool) -> tuple[int | None, int, bool]:
+    """One scripted episode: (the step the peg went in, the step the episode ended, whether as a time-out)."""
+    overrides = {"nominal.sensor_noise_scale": 0, "peg.end_on_success": end_on_success}
+    env = make_env("ur5e_peg", "sim", num_envs=1, seed=4, overrides=overrides)
+    env.reset(seed=4)
+    inserted_at = None
+    for step in range(1, env.cfg.episode_steps + 1):
+        _, _, terminated, truncated, info = env.step(env.scripted_action())
+        done = bool(info["done"][0])
+        inserted = info["final_metrics"]["success"][0] if done else env.success[0]
+        if inserted and inserted_at is None:
+            inserted_at = step
+        if done:
+            return inserted_at, step, bool(truncated[0] and not terminated[0])
+    raise AssertionError("the episode never ended")
+
+
+def test_with_end_on_success_an_episode_ends_as_the_peg_goes_in_and_not_before():
+    """A real cell's script stops at insertion: the episode ends there as a time-out (not a fall); else the arm holds."""
+    inserted_at, held_until, timed_out = _episode_end(False)
+    assert inserted_at is not None and inserted_at < held_until == make_env("ur5e_peg").cfg.episode_steps
+    assert timed_out
+    assert _episode_end(True) == (inserted_at, inserted_at, True)

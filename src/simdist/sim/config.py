@@ -73,6 +73,9 @@ class PegConfig:
     # bring the force to this (`simdist.robots.ur5e.actuation`), well under the arm's protective stop
     # (`termination.max_force_n`)
     press_limit_n: float = 150.0
+    # true: an episode ends once the peg is in, as a time-out does (a real cell's script stops, retracts and resets
+    # there); false: the arm holds the peg in the hole until the time limit
+    end_on_success: bool = False
 
 
 @dataclass(frozen=True)

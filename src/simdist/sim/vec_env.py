@@ -117,6 +117,11 @@ class SimVecEnv(gym.vector.VectorEnv):
     def terminated(self) -> np.ndarray:
         raise NotImplementedError
 
+    def finished(self) -> np.ndarray:
+        """Members whose task is done this step and whose episode ends there as a time-out does (not terminal: the
+        state has a future); none unless the task says so (the peg's `peg.end_on_success`)."""
+        return np.zeros(self.num_envs, dtype=bool)
+
     def metrics(self) -> dict[str, np.ndarray]:
         """Per-member task metrics of the current episode (progress, success, fell)."""
         return {}
@@ -262,7 +267,7 @@ class SimVecEnv(gym.vector.VectorEnv):
         obs = self._observe_all()
         reward, terms = self.reward(actions)
         terminated = self.terminated() & ~unstable
-        truncated = (self.steps >= self.cfg.episode_steps) | unstable
+        truncated = (self.steps >= self.cfg.episode_steps) | unstable | self.finished()
         info: dict[str, Any] = {
             "reward_terms": terms,
             "episode_id": self.episode_ids.copy(),

@@ -414,6 +414,13 @@ class PegEnv(SimVecEnv):
         force = np.linalg.norm(self._last_state["wrench"][:, :3], axis=1)
         return force > self.cfg.termination.get("max_force_n", 200.0)
 
+    def finished(self) -> np.ndarray:
+        """With `peg.end_on_success`, an episode ends once the peg is in (as a real cell's script stops, retracts
+        and resets there) rather than holding it in the hole until the time limit."""
+        if self.cfg.peg.end_on_success:
+            return self.success.copy()
+        return super().finished()
+
     def metrics(self) -> dict[str, np.ndarray]:
         _, dist_xy, depth = self._geometry()
         return {"success": self.success.copy(), "depth_m": depth, "dist_xy_m": dist_xy}
