@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from simdist.robots.ur5e.search import SearchGains, search_action
-from simdist.sim import make_env
+from simdist.sim import load_task, make_env
 
 
 def _insert(offset_m: tuple[float, float], gains: SearchGains | None = None) -> tuple[bool, int]:
@@ -84,6 +84,6 @@ def _episode_end(end_on_success: bool) -> tuple[int | None, int, bool]:
 def test_with_end_on_success_an_episode_ends_as_the_peg_goes_in_and_not_before():
     """A real cell's script stops at insertion: the episode ends there as a time-out (not a fall); else the arm holds."""
     inserted_at, held_until, timed_out = _episode_end(False)
-    assert inserted_at is not None and inserted_at < held_until == make_env("ur5e_peg").cfg.episode_steps
+    assert inserted_at is not None and inserted_at < held_until == load_task("ur5e_peg").episode_steps
     assert timed_out
     assert _episode_end(True) == (inserted_at, inserted_at, True)
