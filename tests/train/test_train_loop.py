@@ -15,7 +15,7 @@ from simdist.data import InMemoryEpisodes, WindowSampler
 from simdist.data.synthetic import linear_system_episodes, write_linear_dataset
 from simdist.model import WorldModel
 from simdist.train.config import load_setup
-from simdist.train.trainer import Trainer
+from simdist.train.trainer import Trainer, release_process_group
 
 STEPS = 3
 
@@ -34,13 +34,17 @@ def _ddp_worker(rank: int, world: int, init_file: str, out_file: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
-        trainer = _trainer(rank, world)
-        logs = [trainer.train_step() for _ in range(STEPS)]
-        if rank == 0:
-            state = {k: v.contiguous() for k, v in trainer.model.state_dict().items()}
-            save_file(state, out_file, metadata={"logs": json.dumps(logs)})
+        _ddp_train(rank, world, out_file)
     finally:
-        dist.destroy_process_group()
+        release_process_group()
+
+
+def _ddp_train(rank: int, world: int, out_file: str) -> None:
+    trainer = _trainer(rank, world)
+    logs = [trainer.train_step() for _ in range(STEPS)]
+    if rank == 0:
+        state = {k: v.contiguous() for k, v in trainer.model.state_dict().items()}
+        save_file(state, out_file, metadata={"logs": json.dumps(logs)})
 
 
 def test_two_process_ddp_equals_one_process_on_the_same_global_batch(tmp_path):

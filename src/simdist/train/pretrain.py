@@ -23,7 +23,7 @@ from simdist.errors import ConfigError, DatasetError, SimdistError
 from simdist.model.checkpoint import CONFIG_NAME
 from simdist.model.world_model import WorldModel
 from simdist.train.config import load_setup
-from simdist.train.trainer import Trainer, run_training
+from simdist.train.trainer import Trainer, release_process_group, run_training
 
 
 def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,7 +75,7 @@ def pretrain(args: argparse.Namespace) -> int:
         return _train(args, setup, dataset, out, device, rank, world)
     finally:
         if world > 1:
-            dist.destroy_process_group()
+            release_process_group()
 
 
 def _train(args, setup, dataset, out, device, rank, world) -> int:  # type: ignore[no-untyped-def]

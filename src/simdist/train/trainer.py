@@ -7,6 +7,7 @@ batch, so a resumed run and a run on any number of processes see exactly the bat
 from __future__ import annotations
 
 import dataclasses
+import gc
 from collections.abc import Callable
 from pathlib import Path
 
@@ -149,3 +150,15 @@ def run_training(
         if trainer.world > 1 and trainer.step % cfg.save_every == 0:
             dist.barrier()  # nobody races ahead of a checkpoint it might resume from
     return last
+
+
+def release_process_group() -> None:
+    """Leave the process group while the interpreter is whole.
+
+    The DDP wrapper sits in reference cycles that hold the gloo group; left to interpreter exit, the group's threads
+    are torn down during finalisation and the process can abort (SIGABRT, "terminate called without an active
+    exception"). Collect them first, then destroy the group.
+    """
+    gc.collect()
+    dist.destroy_process_group()
+    gc.collect()
