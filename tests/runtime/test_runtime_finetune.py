@@ -334,6 +334,14 @@ def test_fair_full_finetuning_keeps_its_latent_spread_and_writes_a_model_of_its_
     assert spread["full"] != spread["start"]  # and the encoder did train
     with pytest.raises(ConfigError, match="exists"):
         finetune(go2_model, bags, options, out=tmp_path / "full")
+    # refused by the gate: the source folder stays as it was, the report goes where the model would have
+    source = {p: _hash(p) for p in go2_model.rglob("*") if p.is_file()}
+    refused = finetune(
+        go2_model, bags, dataclasses.replace(options, min_improvement=0.99), out=tmp_path / "no"
+    )
+    assert not refused.published and Path(refused.model) == go2_model
+    assert {p: _hash(p) for p in go2_model.rglob("*") if p.is_file()} == source
+    assert [p.name for p in (tmp_path / "no" / "reports").glob("*.json")] == ["finetune_refused_000.json"]
 
 
 def test_full_finetuning_learns_the_rewards_the_robot_measured_and_anchors_the_rest(

@@ -326,7 +326,8 @@ def finetune(
         gate_before=before_objective,
         gate_after=after_objective,
     )
-    write_report(report, folder / REPORTS_DIR)
+    # a refused full finetune leaves `model_dir` as it was: its report goes to `out`, like the model would have
+    write_report(report, (Path(out) if full and out is not None else folder) / REPORTS_DIR)
     say(reason)
     return report
 
