@@ -40,6 +40,7 @@ def _ddp_worker(rank: int, world: int, init_file: str, out_file: str) -> None:
 
 
 def _ddp_train(rank: int, world: int, out_file: str) -> None:
+    """A function of its own so that its trainer (and the DDP wrapper) is gone before the group is released."""
     trainer = _trainer(rank, world)
     logs = [trainer.train_step() for _ in range(STEPS)]
     if rank == 0:
