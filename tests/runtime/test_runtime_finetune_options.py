@@ -35,6 +35,7 @@ def test_every_finetune_flag_reaches_its_field() -> None:
     argv += ["--lr", "1e-3", "--warmup-steps", "5", "--max-epochs", "3", "--max-steps", "40"]
     argv += ["--max-minutes", "1.5", "--val-fraction", "0.1", "--eval-every", "7", "--patience", "2"]
     argv += ["--min-improvement", "0.01", "--seed", "4", "--threads", "1", "--trainable", "all"]
+    argv += ["--start-from", "pretrained"]
     options = fo.options_from_args(_parse(ft.add_arguments, argv), ft.CLI_OPTIONS)
     assert options == dataclasses.replace(
         fo.FinetuneOptions(),
@@ -53,6 +54,7 @@ def test_every_finetune_flag_reaches_its_field() -> None:
         seed=4,
         threads=1,
         trainable="all",
+        start_from="pretrained",
     )
 
 

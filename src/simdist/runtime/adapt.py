@@ -249,6 +249,7 @@ ADAPT_OPTIONS = (
     "val_fraction",
     "dynamics_reward_weight",
     "dynamics_value_weight",
+    "start_from",
     "seed",
 )
 

@@ -143,6 +143,10 @@ def finetune(
             "full finetuning writes a model of its own: give a new folder as out"
             + ("" if out is None else f" ({out} exists)")
         )
+    if options.start_from not in ("current", "pretrained"):
+        raise ConfigError(f"start_from must be 'current' or 'pretrained', got '{options.start_from}'")
+    if options.start_from == "pretrained" and options.trainable != "dynamics":
+        raise ConfigError("start_from 'pretrained' is for dynamics finetuning (trainable 'dynamics') only")
     episodes = real_episodes(bags)  # every refusal happens here, before anything is written
     base_version = current_version(folder)
     model = load_checkpoint(folder, version=base_version).eval()
@@ -209,6 +213,10 @@ def finetune(
         f"held-out latent error of {version_label(base_version)}: {before.mean():.5f} ({len(heldout)} windows)"
         + (f", objective {before_objective:.5f}" if any(weights.values()) else "")
     )
+    if options.start_from == "pretrained" and base_version != 0:
+        # afresh from the pretrained dynamics; `before` above stays the version in force, which the gate compares with
+        model.dynamics.load_state_dict(load_checkpoint(folder, version=0).dynamics.state_dict())
+        say("training from the pretrained dynamics (v0000)")
     best = _heldout(model, select, limit, weights)[1]
     best_state, since = copy.deepcopy(trained.state_dict()), 0
     per_epoch = math.ceil(len(train) / options.batch_size)
@@ -275,7 +283,12 @@ def finetune(
     version: int | None = None
     if improved:
         note = json.dumps(
-            {"base": base_version, "before": float(before.mean()), "after": float(after.mean())}
+            {
+                "base": base_version,
+                "start": 0 if options.start_from == "pretrained" else base_version,
+                "before": float(before.mean()),
+                "after": float(after.mean()),
+            }
         )
         if full:
             assert out is not None
@@ -410,6 +423,7 @@ CLI_OPTIONS = (
     "trainable",
     "dynamics_reward_weight",
     "dynamics_value_weight",
+    "start_from",
 )
 
 

@@ -49,6 +49,15 @@ class FinetuneOptions:
     threads: int = _option(
         0, "torch threads (0: torch's choice; 1 beside a running robot, so control is not contended)"
     )
+    # Where each finetune starts: the dynamics version in force, or the pretrained v0000, so that each adapt round
+    # trains afresh on all the data so far (on the slope, continuing from the 15-minute dynamics took back part of
+    # their gain: docs/results.md, "The slope's second round under the fix"). The gate compares with the version
+    # in force either way.
+    start_from: str = _option(
+        "current",
+        "dynamics to train from: current (the version in force) or pretrained (v0000: each round afresh on all the "
+        "data so far; the gate still compares with the version in force)",
+    )
     # "dynamics" (SimDist: every dynamics member), "all" (the full-finetuning baseline), or "new_members" (an
     # ensemble's members 1..K-1 only, re-initialised when training starts, member 0 kept: how `simdist
     # ensemble` trains its new members)
