@@ -35,7 +35,6 @@ def test_every_finetune_flag_reaches_its_field() -> None:
     argv += ["--lr", "1e-3", "--warmup-steps", "5", "--max-epochs", "3", "--max-steps", "40"]
     argv += ["--max-minutes", "1.5", "--val-fraction", "0.1", "--eval-every", "7", "--patience", "2"]
     argv += ["--min-improvement", "0.01", "--seed", "4", "--threads", "1", "--trainable", "all"]
-    argv += ["--start-from", "pretrained"]
     options = fo.options_from_args(_parse(ft.add_arguments, argv), ft.CLI_OPTIONS)
     assert options == dataclasses.replace(
         fo.FinetuneOptions(),
@@ -54,7 +53,6 @@ def test_every_finetune_flag_reaches_its_field() -> None:
         seed=4,
         threads=1,
         trainable="all",
-        start_from="pretrained",
     )
 
 
@@ -66,3 +64,18 @@ def test_max_minutes_zero_is_no_budget() -> None:
 def test_only_declared_options_become_flags() -> None:
     with pytest.raises(ValueError, match="eval_windows"):
         fo.add_option_arguments(argparse.ArgumentParser(), ["eval_windows"])
+
+
+def test_start_from_reaches_its_field_and_a_bad_one_is_refused_when_the_options_are_made() -> None:
+    from simdist.errors import ConfigError
+
+    argv = ["--task", "t", "--profile", "p", "--start-from", "pretrained"]
+    assert (
+        fo.options_from_args(_parse(adapt.add_arguments, argv), adapt.ADAPT_OPTIONS).start_from
+        == "pretrained"
+    )
+    argv[-1] = "v0000"
+    with pytest.raises(ConfigError, match="start_from must be"):  # adapt: before any robot minute is spent
+        fo.options_from_args(_parse(adapt.add_arguments, argv), adapt.ADAPT_OPTIONS)
+    with pytest.raises(ConfigError, match="dynamics finetuning"):
+        fo.FinetuneOptions(start_from="pretrained", trainable="all")

@@ -143,10 +143,6 @@ def finetune(
             "full finetuning writes a model of its own: give a new folder as out"
             + ("" if out is None else f" ({out} exists)")
         )
-    if options.start_from not in ("current", "pretrained"):
-        raise ConfigError(f"start_from must be 'current' or 'pretrained', got '{options.start_from}'")
-    if options.start_from == "pretrained" and options.trainable != "dynamics":
-        raise ConfigError("start_from 'pretrained' is for dynamics finetuning (trainable 'dynamics') only")
     episodes = real_episodes(bags)  # every refusal happens here, before anything is written
     base_version = current_version(folder)
     model = load_checkpoint(folder, version=base_version).eval()

@@ -9,6 +9,8 @@ import typing
 from collections.abc import Sequence
 from typing import Any
 
+from simdist.errors import ConfigError
+
 
 def _option(default: Any, help: str | None = None) -> Any:
     """A `FinetuneOptions` field; one with `help` is also a command-line option (`add_option_arguments`)."""
@@ -89,6 +91,14 @@ class FinetuneOptions:
     target_ema: float = 0.99
     anchor_weight: float = 1.0
     reward_weight: float = 1.0
+
+    def __post_init__(self) -> None:  # checked where the options are made, before a robot collects any data
+        if self.start_from not in ("current", "pretrained"):
+            raise ConfigError(f"start_from must be 'current' or 'pretrained', got '{self.start_from}'")
+        if self.start_from == "pretrained" and self.trainable != "dynamics":
+            raise ConfigError(
+                "start_from 'pretrained' is for dynamics finetuning (trainable 'dynamics') only"
+            )
 
 
 def add_option_arguments(parser: argparse.ArgumentParser, names: Sequence[str]) -> None:
