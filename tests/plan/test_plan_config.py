@@ -8,7 +8,13 @@ import pytest
 import yaml
 
 from simdist.errors import ConfigError
-from simdist.plan import ActionLimits, PlannerConfig, load_planner_config, task_action_limits
+from simdist.plan import (
+    ActionLimits,
+    PlannerConfig,
+    load_planner_config,
+    load_planner_configs,
+    task_action_limits,
+)
 
 
 def test_gpu_config_is_the_authors_planner() -> None:
@@ -238,3 +244,46 @@ def test_a_malformed_planner_file_is_refused_naming_the_problem(tmp_path, monkey
     write(tmp_path, "badparent", "extends: flat\n")
     with pytest.raises(ConfigError, match="planner config 'flat': robots.arm"):  # the parent's problem, named
         load_planner_config("badparent", "legs")
+
+
+def test_adapted_blocks_merge_after_the_plain_settings_and_before_overrides(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("SIMDIST_CONFIG_DIR", str(tmp_path))
+    base = (
+        "num_samples: 10\nnum_policy_samples: 2\npolicy_std: 0.05\niterations: 1\nelites: 4\ntemperature: 0.5\n"
+        "init_std: 1.0\nmin_std: 0.1\nhorizon: 5\ndiscount: 0.9\nadapted: {init_std: 2.0}\n"
+        "robots:\n  legs: {elites: 3, adapted: {num_samples: 20}}\n"
+    )
+    write(tmp_path, "base", base)
+    write(tmp_path, "child", "extends: base\ntasks:\n  legs_ramp: {adapted: {iterations: 3}}\n")
+    plain = load_planner_config("child", "legs", task="legs_ramp")
+    assert (plain.num_samples, plain.iterations, plain.init_std, plain.elites) == (10, 1, 1.0, 3)
+    wide = load_planner_config("child", "legs", task="legs_ramp", adapted=True)
+    assert (wide.num_samples, wide.iterations, wide.init_std, wide.elites) == (20, 3, 2.0, 3)
+    assert (
+        load_planner_config("child", "legs", {"iterations": 2}, task="legs_ramp", adapted=True).iterations
+        == 2
+    )
+    assert load_planner_configs("child", "legs", task="legs_ramp") == (plain, wide)
+    # nothing granted, or overrides that make both the same: one planner
+    write(
+        tmp_path,
+        "flat",
+        base.replace("adapted: {init_std: 2.0}\n", "").replace(", adapted: {num_samples: 20}", ""),
+    )
+    assert load_planner_configs("flat", "legs")[1] is None
+    same = {"num_samples": 10, "init_std": 1.0, "iterations": 1}
+    assert load_planner_configs("child", "legs", same, task="legs_ramp")[1] is None
+    for text, message in (
+        ("extends: base\nadapted: {iteratons: 3}\n", "unknown key 'adapted.iteratons'"),
+        (
+            "extends: base\nrobots:\n  legs: {adapted: {bogus: 1}}\n",
+            "unknown key 'robots.legs.adapted.bogus'",
+        ),
+        ("extends: base\nadapted: {num_threads: 2}\n", "adapted.num_threads cannot change"),
+        ("extends: base\ntasks:\n  legs_ramp: {adapted: {plan_ahead: true}}\n", "plan_ahead cannot change"),
+        ("extends: base\nadapted: [1, 2]\n", "adapted must be a mapping"),
+        ("extends: base\nadapted: {elites: 30}\n", "elites"),
+    ):
+        write(tmp_path, "broken", text)
+        with pytest.raises(ConfigError, match=message):
+            load_planner_config("broken", "legs", task="legs_ramp", adapted=True)

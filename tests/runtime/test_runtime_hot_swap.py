@@ -3,6 +3,7 @@ call; a real-time swap misses no tick around it; a finetune worker killed mid-wr
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from fast_planner import FAST_PLANNER
 
 from simdist.bags import read_episodes
 from simdist.model.checkpoint import current_version, list_versions, load_checkpoint, publish_dynamics
+from simdist.paths import config_dir
 from simdist.runtime.deploy import run_deploy
 from simdist.runtime.finetune_options import FinetuneOptions
 from simdist.runtime.loop import DeployLoop
@@ -81,6 +83,72 @@ def test_lockstep_hot_swap_and_rollback_change_the_model_exactly_at_tick_boundar
     versions = np.concatenate([e["model_version"] for e in read_episodes(result.bag)])
     assert list(versions[:11]) == ["v0000"] * 11 and list(versions[11:26]) == ["v0001"] * 15
     assert list(versions[26:]) == ["v0000"] * 14
+
+
+def test_the_search_granted_to_adapted_dynamics_plans_from_the_swap_until_the_rollback(
+    go2_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A planner file's `adapted` settings plan exactly the ticks an adapted version (after v0000) is in force; the
+    planner taking over starts cold; a rollback to v0000 gives the plain settings back."""
+    config = Path(shutil.copytree(config_dir(), tmp_path / "config"))
+    (config / "planner" / "granted.yaml").write_text("extends: cpu\nadapted: {iterations: 3}\n")
+    monkeypatch.setenv("SIMDIST_CONFIG_DIR", str(config))
+    fast = {
+        k: v for k, v in FAST_PLANNER.items() if k != "iterations"
+    }  # overrides apply last: keep the grant's
+    store = ModelStore(go2_model, poll_s=0.01).start()
+    new_dynamics = _perturbed(go2_model)
+    seen: list[tuple[str, int, bool, bool]] = []
+
+    def on_tick(k: int, loop: DeployLoop) -> None:
+        plan = loop._last_plan
+        assert plan is not None and loop.adapted_planner is not None
+        seen.append(
+            (
+                loop.store.label,
+                plan.stats.iterations,
+                plan.stats.warm_start,
+                loop._planning_with is loop.adapted_planner,
+            )
+        )
+        if k == 10:
+            publish_dynamics(go2_model, new_dynamics)
+            _wait_staged(store)
+        if k == 25:
+            assert store.rollback() == 0
+
+    try:
+        result = run_deploy(
+            "go2_slope",
+            "sim:sim",
+            store,
+            ticks=40,
+            planner="granted",
+            planner_overrides=fast,
+            on_tick=on_tick,
+        )
+    finally:
+        store.stop()
+    labels = [label for label, *_ in seen]
+    assert labels[:11] == ["v0000"] * 11 and labels[11:26] == ["v0001"] * 15 and labels[26:] == ["v0000"] * 14
+    assert [it for _, it, _, _ in seen] == [1] * 11 + [3] * 15 + [1] * 14  # FAST_PLANNER's 1, the grant's 3
+    assert [adapted for *_, adapted in seen] == [False] * 11 + [True] * 15 + [False] * 14
+    warm = [w for _, _, w, _ in seen]
+    assert warm[10] and warm[25]  # (the tiny model's plans fall back now and then, which also starts cold)
+    assert not warm[11] and not warm[26]  # the planner taking over starts cold, both ways
+    assert result.stats.adapted_plans == 15 and result.stats.swaps == 2 and result.stats.fresh == 40
+    # the same run without the grant, as `plan-grid` measures a setting: the plain settings on every version
+    publish_dynamics(go2_model, new_dynamics)
+    plain = run_deploy(
+        "go2_slope",
+        "sim:sim",
+        go2_model,
+        ticks=5,
+        planner="granted",
+        planner_overrides=FAST_PLANNER,
+        adapted_planner=False,
+    )
+    assert plain.version == "v0002" and plain.stats.adapted_plans == 0
 
 
 def test_a_broken_version_is_refused_and_planning_goes_on(go2_model: Path) -> None:

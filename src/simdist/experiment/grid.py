@@ -176,6 +176,7 @@ def measure(
                     episodes=episodes,
                     seed=seed,
                     on_start=on_start,
+                    adapted_planner=False,  # a cell measures its setting as given, on every version
                 )
                 cell = {
                     **episode_stats(ended, metric_key),

@@ -1,6 +1,12 @@
 """MPPI planning through the world model, real-time on a CPU."""
 
-from simdist.plan.config import ActionLimits, PlannerConfig, load_planner_config, task_action_limits
+from simdist.plan.config import (
+    ActionLimits,
+    PlannerConfig,
+    load_planner_config,
+    load_planner_configs,
+    task_action_limits,
+)
 from simdist.plan.mppi import Plan, Planner, PlanStats
 from simdist.plan.protocol import Context, PlanningModel
 
@@ -13,5 +19,6 @@ __all__ = [
     "PlannerConfig",
     "PlanningModel",
     "load_planner_config",
+    "load_planner_configs",
     "task_action_limits",
 ]

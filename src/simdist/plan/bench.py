@@ -407,6 +407,7 @@ def quality(
             planner_overrides=overrides,
             episodes=episodes,
             seed=seed,
+            adapted_planner=False,  # the config as given, whatever the model's version
         )
         entry = {
             "metric": metric,

@@ -4,6 +4,12 @@ A file holds shared settings at the top level, per-robot differences under `robo
 (a task's deployed choice, measured on it) under `tasks.<task>`; `extends: <name>` starts from another file so that
 no setting is written twice. Merge order: parent top level, parent robot section, parent task section, own top
 level, own robot section, own task section, then `--set` overrides.
+
+Any level may hold an `adapted:` mapping: the search the planner is given once the dynamics in force were adapted
+on real data (a version after v0000, which only the finetuning gate publishes). A wider search exploits the
+pretrained dynamics' errors and pays only through dynamics that real data corrected (docs/results.md, "Planning
+strength against model quality"), so the gate's decision is what grants it. `adapted` blocks merge in the same order,
+after the plain settings and before `--set` overrides.
 """
 
 from __future__ import annotations
@@ -124,6 +130,9 @@ class PlannerConfig:
 
 
 _FIELDS = {f.name for f in dataclasses.fields(PlannerConfig)}
+ADAPTED = "adapted"
+# settings of the control process as a whole, which a change of dynamics version cannot change mid-run
+PROCESS_WIDE = ("num_threads", "plan_ahead", "horizon", "compile")
 
 
 def _sections(data: dict[str, Any], kind: str, name: str) -> Mapping[str, Any]:
@@ -135,7 +144,7 @@ def _sections(data: dict[str, Any], kind: str, name: str) -> Mapping[str, Any]:
     for section_name, section in sections.items():
         if not isinstance(section, Mapping):
             raise ConfigError(f"planner config '{name}': {kind}.{section_name} must be a mapping")
-        unknown = sorted(set(section) - _FIELDS)
+        unknown = sorted(set(section) - _FIELDS - {ADAPTED})
         if unknown:
             raise ConfigError(
                 f"unknown key '{kind}.{section_name}.{unknown[0]}' in planner config '{name}' "
@@ -144,30 +153,64 @@ def _sections(data: dict[str, Any], kind: str, name: str) -> Mapping[str, Any]:
     return sections
 
 
-def _flatten(name: str, robot: str, task: str | None, seen: tuple[str, ...] = ()) -> dict[str, Any]:
+def _split(section: Mapping[str, Any], where: str, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A section's own settings and its `adapted` ones, both checked."""
+    plain = dict(section)
+    adapted = plain.pop(ADAPTED, None) or {}
+    if not isinstance(adapted, Mapping):
+        raise ConfigError(f"planner config '{name}': {where}{ADAPTED} must be a mapping of settings")
+    unknown = sorted(set(adapted) - _FIELDS)
+    if unknown:
+        raise ConfigError(
+            f"unknown key '{where}{ADAPTED}.{unknown[0]}' in planner config '{name}' "
+            f"(valid: {', '.join(sorted(_FIELDS))})"
+        )
+    fixed = sorted(set(adapted) & set(PROCESS_WIDE))
+    if fixed:
+        raise ConfigError(
+            f"planner config '{name}': {where}{ADAPTED}.{fixed[0]} cannot change with the dynamics version "
+            f"(it is the control process's, set once: {', '.join(PROCESS_WIDE)})"
+        )
+    return plain, dict(adapted)
+
+
+def _flatten(
+    name: str, robot: str, task: str | None, seen: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(settings, adapted settings) of a file for a robot and task, its parents' first."""
     if name in seen:
         raise ConfigError(f"planner config '{name}' extends itself ({' -> '.join((*seen, name))})")
     data = load_named("planner", name)
     merged: dict[str, Any] = {}
+    adapted: dict[str, Any] = {}
     parent = data.pop("extends", None)
     if parent is not None:
         if not isinstance(parent, str):
             raise ConfigError(f"planner config '{name}': 'extends' must be a config name")
-        merged = _flatten(parent, robot, task, (*seen, name))
+        merged, adapted = _flatten(parent, robot, task, (*seen, name))
     robots = _sections(data, "robots", name)
     tasks = _sections(data, "tasks", name)
-    merged.update(data)
-    merged.update(robots.get(robot, {}))
+    layers = [("", data), (f"robots.{robot}.", robots.get(robot, {}))]
     if task is not None:
-        merged.update(tasks.get(task, {}))
-    return merged
+        layers.append((f"tasks.{task}.", tasks.get(task, {})))
+    for where, section in layers:
+        plain, more = _split(section, where, name)
+        merged.update(plain)
+        adapted.update(more)
+    return merged, adapted
 
 
 def load_planner_config(
-    name: str, robot: str, overrides: Mapping[str, Any] | None = None, *, task: str | None = None
+    name: str,
+    robot: str,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    task: str | None = None,
+    adapted: bool = False,
 ) -> PlannerConfig:
     """Build the planner settings of config/planner/<name>.yaml for `robot` (go2, ur5e, ...) and, when given,
-    `task` (its `tasks.<task>` section: what was measured to suit that task).
+    `task` (its `tasks.<task>` section: what was measured to suit that task); with `adapted`, the search the file
+    grants dynamics adapted on real data (its `adapted` blocks), `overrides` still last.
 
     Raises:
         ConfigError: unknown file, key, robot-section key or value, or a wrong type.
@@ -175,11 +218,22 @@ def load_planner_config(
     defaults = {
         f.name: f.default for f in dataclasses.fields(PlannerConfig) if f.default is not dataclasses.MISSING
     }
+    plain, more = _flatten(name, robot, task)
     # defaults first so that `--set compile=true` works when the file leaves a field at its default
-    data = {**defaults, **_flatten(name, robot, task)}
+    data = {**defaults, **plain, **(more if adapted else {})}
     if overrides:
         data = apply_overrides(data, overrides)
     return build(PlannerConfig, data, "planner")
+
+
+def load_planner_configs(
+    name: str, robot: str, overrides: Mapping[str, Any] | None = None, *, task: str | None = None
+) -> tuple[PlannerConfig, PlannerConfig | None]:
+    """The planner for the pretrained dynamics and the one for adapted dynamics (None where the file grants
+    nothing more, or `overrides` make them the same)."""
+    base = load_planner_config(name, robot, overrides, task=task)
+    adapted = load_planner_config(name, robot, overrides, task=task, adapted=True)
+    return base, (None if adapted == base else adapted)
 
 
 def task_action_limits(task: Any) -> ActionLimits:

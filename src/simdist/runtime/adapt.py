@@ -75,8 +75,10 @@ def evaluate_on_robot(
     episodes: int | None = None,
     seed: int = 10_000,
     on_start: Callable[[DeployLoop], None] | None = None,
+    adapted_planner: bool = True,
 ) -> tuple[str, float, list[dict[str, Any]]]:
     """(metric name, value, per-episode results) of the task's evaluation (its robot's `evaluation`).
+    `adapted_planner`: as `run_deploy`'s (False: the planner setting as given, whatever the version).
 
     `on_start(loop)` is called once, after the first tick (a diagnostic attaches itself there: `plan-grid --audit`).
     """
@@ -102,6 +104,7 @@ def evaluate_on_robot(
         overrides=overrides,
         planner=planner,
         planner_overrides=planner_overrides,
+        adapted_planner=adapted_planner,
         ticks=(count + 1) * cfg.episode_steps,
         stop=stop,
         on_tick=enough,

@@ -21,7 +21,7 @@ from simdist import robots
 from simdist.bags.writer import BagWriter, next_run_dir
 from simdist.cli import add_overrides_argument
 from simdist.errors import CheckpointError, ConfigError
-from simdist.plan.config import load_planner_config, task_action_limits
+from simdist.plan.config import load_planner_configs, task_action_limits
 from simdist.runtime.actuation import Actuator, SimActuator
 from simdist.runtime.ingest import CameraIngest
 from simdist.runtime.loop import DeployLoop
@@ -96,6 +96,7 @@ def run_deploy(
     overrides: Mapping[str, Any] | None = None,
     planner: str = "cpu",
     planner_overrides: Mapping[str, Any] | None = None,
+    adapted_planner: bool = True,
     seed: int = 0,
     command: Sequence[float] | None = None,
     commands: Sequence[Sequence[float]] | None = None,
@@ -112,6 +113,9 @@ def run_deploy(
     `task` is a task name or the command's TaskConfig (then `overrides` are taken as applied to it already).
 
     `model` is a checkpoint folder or a running ModelStore (kept across runs, as `simdist adapt` does).
+    `adapted_planner`: once a version after v0000 is in force, plan with the search the planner file grants adapted
+    dynamics (its `adapted` settings; `planner_overrides` still apply last). False: `planner` as loaded throughout
+    (a measurement of one setting, `simdist plan-grid`).
     `scheduling`: real-time priority, CPUs and memory locking of the control and planner threads (real time only).
     `safe_stop_after_s`: a hold this long becomes a safe stop and ends the run (default: `SAFE_STOP_AFTER_S` on
     hardware, never in simulation).
@@ -135,7 +139,7 @@ def run_deploy(
     else:
         fixed = np.asarray(command if command is not None else default_command(cfg), dtype=np.float32)
         command_fn = fixed.copy
-    planner_cfg = load_planner_config(
+    planner_cfg, adapted_cfg = load_planner_configs(
         planner, cfg.robot, {**dict(planner_overrides or {}), "horizon": store.model.horizon}, task=cfg.task
     )
     limits = task_action_limits(cfg)
@@ -166,6 +170,7 @@ def run_deploy(
             actuator=make_actuator(robot, cfg, command_fn, safety=safety or hardware),
             store=store,
             planner_config=planner_cfg,
+            adapted_planner_config=adapted_cfg if adapted_planner else None,
             limits=limits,
             command=command_fn,
             control_hz=cfg.control_hz,
@@ -326,7 +331,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"ticks {s['ticks']}: fresh {s['fresh']}, late {s['late']} (ran the last plan's next step), held {s['held']}, "
         f"missed {s['missed']}, stale {s['stale']}, safe stops {s['safe_stops']}; errors {s['errors']}, "
-        f"swaps {s['swaps']}, episodes {s['episodes']}; "
+        f"swaps {s['swaps']}, adapted plans {s['adapted_plans']}, episodes {s['episodes']}; "
         f"plan p50 {s['plan_ms_p50']:.1f} ms, p99 {s['plan_ms_p99']:.1f} ms; state to command p50 "
         f"{s['act_ms_p50']:.1f} ms, p99 {s['act_ms_p99']:.1f} ms; model {result.version}"
     )

@@ -27,7 +27,8 @@ import torch
 
 from simdist.bags import schema
 from simdist.bags.writer import BagWriter
-from simdist.plan.config import ActionLimits, PlannerConfig
+from simdist.errors import ConfigError
+from simdist.plan.config import PROCESS_WIDE, ActionLimits, PlannerConfig
 from simdist.plan.mppi import Plan, Planner
 from simdist.runtime.actuation import Actuator, safe_stop
 from simdist.runtime.history import ObservationHistory
@@ -64,6 +65,9 @@ class DeployLoop:
         actuator: turns the task action into robot commands (`simdist.runtime.actuation`).
         store: the model store (hot swap); its current model plans.
         planner_config, limits: the MPPI settings (horizon = the model's) and the task's action limits.
+        adapted_planner_config: the search granted once the dynamics in force are a version the gate published
+            (after v0000), from the tick that swaps such a version in (a rollback to v0000 takes it back); None:
+            `planner_config` always.
         command: the task command now (the SimRobot's, or a fixed one on hardware).
         bag: the run's BagWriter (already open), or None.
         camera: frames to log (and to give a model with a camera branch).
@@ -86,6 +90,7 @@ class DeployLoop:
         store: ModelStore,
         planner_config: PlannerConfig,
         limits: ActionLimits | None = None,
+        adapted_planner_config: PlannerConfig | None = None,
         command: Callable[[], np.ndarray],
         control_hz: float,
         bag: BagWriter | None = None,
@@ -120,6 +125,17 @@ class DeployLoop:
         self._scheduled_threads: dict[int, ThreadState | None] = {}  # control threads, as they were before
         model = store.model
         self.planner = Planner(model, planner_config, limits=limits, seed=seed)
+        self.adapted_planner: Planner | None = None
+        if adapted_planner_config is not None:
+            changed = [
+                name
+                for name in PROCESS_WIDE
+                if getattr(adapted_planner_config, name) != getattr(planner_config, name)
+            ]
+            if changed:
+                raise ConfigError(f"the adapted planner config changes {changed[0]}, which is the process's")
+            self.adapted_planner = Planner(model, adapted_planner_config, limits=limits, seed=seed)
+        self._planning_with: Planner | None = None  # the planner of the last plan computed
         self.history = ObservationHistory(model.history, model.obs_dim, model.act_dim)
         self.ingest = ProprioIngest(robot_kind, stale_after_s=stale_after_s if realtime else float("inf"))
         self.stats = LoopStats()
@@ -159,11 +175,15 @@ class DeployLoop:
 
     # -- planning ------------------------------------------------------------------------------------------------
     def _compute(self, job: PlanJob) -> Plan:
-        planner = self.planner
+        planner = self.adapted_planner if job.adapted and self.adapted_planner is not None else self.planner
         planner.model = job.model
-        if job.reset:
-            planner.reset(job.episode)  # each episode its own draw of the search's noise
+        if job.reset or planner is not self._planning_with:
+            # each episode its own draw of the search's noise; a planner taking over starts cold, as at a reset
+            planner.reset(job.episode)
             self._computed = None
+            self._planning_with = planner
+        if planner is self.adapted_planner:
+            self.stats.adapted_plans += 1
         # The warm start shifts the plan the planner computed last, so the shift is counted from that plan's
         # tick (not from the last plan the control thread adopted: a late one may not be adopted yet).
         # (0 for the plan ahead made at an episode's first tick, which starts from the same step as that tick's)
@@ -195,6 +215,7 @@ class DeployLoop:
             prev_action=None if self._prev_action is None else torch.from_numpy(self._prev_action),
             reset=reset,
             first_action=None if first_action is None else torch.from_numpy(first_action.copy()),
+            adapted=self.adapted_planner is not None and self.store.version > 0,
         )
 
     def _adopt(self, job: PlanJob, result: Plan | BaseException, seconds: float) -> None:
@@ -558,7 +579,9 @@ class DeployLoop:
             for _ in range(warmup):
                 with torch.inference_mode():
                     ctx = model.context(*history.tensors(), None)
-                self.planner.act(ctx, torch.from_numpy(np.asarray(command, dtype=np.float32)), 1)
+                for planner in (self.planner, self.adapted_planner):
+                    if planner is not None:
+                        planner.act(ctx, torch.from_numpy(np.asarray(command, dtype=np.float32)), 1)
             self.planner.reset()
         self._needs_reset = True
         if self.realtime and self._thread is None:

@@ -20,6 +20,7 @@ class LoopStats:
     stale: int = 0
     errors: int = 0
     swaps: int = 0
+    adapted_plans: int = 0  # plans computed with the search granted to adapted dynamics (the adapted planner)
     safe_stops: int = 0  # holds that lasted `safe_stop_after_s` and became a safe stop (the run then ended)
     # real time: ticks whose own work took longer than a period (logged with their phases, see _slow_tick)
     slow_ticks: int = 0
@@ -48,6 +49,7 @@ class LoopStats:
             "stale": self.stale,
             "errors": self.errors,
             "swaps": self.swaps,
+            "adapted_plans": self.adapted_plans,
             "safe_stops": self.safe_stops,
             "slow_ticks": self.slow_ticks,
             "episodes": len(self.episodes),

@@ -34,6 +34,7 @@ class PlanJob:
     reset: bool
     # planning ahead: the action tick `tick` executes, step 0 of every candidate; the plan serves tick + 1 on
     first_action: torch.Tensor | None = None
+    adapted: bool = False  # plan with the search granted to adapted dynamics (the loop's adapted planner)
 
     @property
     def lead(self) -> int:

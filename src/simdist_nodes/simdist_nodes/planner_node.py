@@ -24,7 +24,7 @@ from simdist import robots
 from simdist.bags import schema
 from simdist.bags.writer import BagWriter
 from simdist.errors import ConfigError
-from simdist.plan.config import load_planner_config, task_action_limits
+from simdist.plan.config import load_planner_configs, task_action_limits
 from simdist.runtime.deploy import default_command, resolve_model
 from simdist.runtime.ingest import CameraIngest
 from simdist.runtime.loop import DeployLoop
@@ -128,7 +128,7 @@ class PlannerNode(Node):
                 lambda: self._image, width=self.cfg.camera.width, height=self.cfg.camera.height
             )
 
-        planner_cfg = load_planner_config(
+        planner_cfg, adapted_cfg = load_planner_configs(
             planner, self.cfg.robot, {"horizon": self.store.model.horizon}, task=self.cfg.task
         )
         self.loop = DeployLoop(
@@ -137,6 +137,7 @@ class PlannerNode(Node):
             actuator=RemoteActuator(self.m, self._publish),
             store=self.store,
             planner_config=planner_cfg,
+            adapted_planner_config=adapted_cfg,  # granted when a hot swap brings adapted dynamics in
             limits=task_action_limits(self.cfg),
             command=self._command,
             control_hz=self.cfg.control_hz,
