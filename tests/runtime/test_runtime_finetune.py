@@ -325,14 +325,30 @@ def test_start_from_pretrained_trains_afresh_and_the_gate_still_compares_with_th
     first = finetune(go2_model, bags, QUICK)  # v0000 -> v0001, in force
     assert first.published and current_version(go2_model) == 1
     # lr 0: no step moves a weight, so what is evaluated after training is where training started
-    frozen = dataclasses.replace(QUICK, lr=0.0)
+    frozen = dataclasses.replace(QUICK, lr=0.0, start_from="current")
     again = finetune(go2_model, bags, frozen)
     assert again.latent_after == pytest.approx(again.latent_before)  # from v0001, and v0001 stays v0001
-    afresh = finetune(go2_model, bags, dataclasses.replace(frozen, start_from="pretrained"))
-    assert afresh.latent_before == pytest.approx(first.latent_after)  # the gate's reference: v0001, in force
-    assert afresh.latent_after == pytest.approx(first.latent_before)  # what trained: v0000's dynamics
-    assert not afresh.published and current_version(go2_model) == 1  # v0000 is worse than v0001: refused
+    for start_from in ("pretrained", "task"):  # the slope's measured choice (its task's finetune_start_from)
+        afresh = finetune(go2_model, bags, dataclasses.replace(frozen, start_from=start_from))
+        assert afresh.latent_before == pytest.approx(
+            first.latent_after
+        )  # the gate's reference: v0001, in force
+        assert afresh.latent_after == pytest.approx(first.latent_before)  # what trained: v0000's dynamics
+        assert not afresh.published and current_version(go2_model) == 1  # v0000 is worse than v0001: refused
     # (bad start_from values are refused where the options are made: test_runtime_finetune_options.py)
+
+
+def test_where_a_finetune_starts_by_default_is_its_tasks_measured_choice(
+    go2_model: Path, ur5e_model: Path, tmp_path: Path
+) -> None:
+    from simdist.runtime.finetune import resolve_start_from
+
+    default = FinetuneOptions()
+    assert default.start_from == "task"
+    assert resolve_start_from(default, go2_model) == "pretrained"  # go2_slope: afresh won by 5 SE
+    assert resolve_start_from(default, ur5e_model) == "current"  # ur5e_peg: afresh lost
+    assert resolve_start_from(FinetuneOptions(trainable="all"), go2_model) == "current"  # full finetuning
+    assert resolve_start_from(FinetuneOptions(start_from="current"), go2_model) == "current"  # as told
 
 
 def test_fair_full_finetuning_keeps_its_latent_spread_and_writes_a_model_of_its_own(

@@ -58,3 +58,12 @@ def test_real_profile_is_one_of_the_tasks_profiles():
     ]
     with pytest.raises(ConfigError, match=r"real_profile 'ice' of task go2_slope is not one of its profiles"):
         load_task("go2_slope", {"real_profile": "ice"})
+
+
+def test_where_each_tasks_finetunes_start_is_checked():
+    starts = [load_task(t).finetune_start_from for t in ("go2_slope", "go2_foam", "ur5e_peg")]
+    assert starts == ["pretrained", "current", "current"]
+    with pytest.raises(
+        ConfigError, match=r"finetune_start_from of task go2_slope must be one of current, pretrained"
+    ):
+        load_task("go2_slope", {"finetune_start_from": "scratch"})

@@ -49,6 +49,7 @@ from simdist.model.world_model import Context, WorldModel
 from simdist.runtime.finetune_losses import FullFinetuneLoss, measured_errors, training_loss
 from simdist.runtime.finetune_options import FinetuneOptions, add_option_arguments, options_from_args
 from simdist.runtime.real_data import check_dims, measured_returns, minutes_of_data, real_episodes, split_real
+from simdist.sim.config import load_task
 from simdist.train.evaluate import heldout_latent_error, latent_by_horizon_plot
 from simdist.train.schedule import learning_rate
 
@@ -112,6 +113,16 @@ def _frozen_state(model: WorldModel, trained_prefix: str) -> dict[str, torch.Ten
 
 
 # -- finetuning ----------------------------------------------------------------------------------------------------
+
+
+def resolve_start_from(options: FinetuneOptions, model_dir: Path) -> str:
+    """Where this finetune starts, "current" or "pretrained": the options' choice, or with "task" the model's task's
+    measured one (full finetuning and ensemble members always continue from what they have)."""
+    if options.start_from != "task":
+        return options.start_from
+    if options.trainable != "dynamics":
+        return "current"
+    return load_task(read_description(model_dir)["task"]).finetune_start_from
 
 
 def finetune(
@@ -209,7 +220,8 @@ def finetune(
         f"held-out latent error of {version_label(base_version)}: {before.mean():.5f} ({len(heldout)} windows)"
         + (f", objective {before_objective:.5f}" if any(weights.values()) else "")
     )
-    if options.start_from == "pretrained" and base_version != 0:
+    start_from = resolve_start_from(options, folder)
+    if start_from == "pretrained" and base_version != 0:
         # afresh from the pretrained dynamics; `before` above stays the version in force, which the gate compares with
         model.dynamics.load_state_dict(load_checkpoint(folder, version=0).dynamics.state_dict())
         say("training from the pretrained dynamics (v0000)")
@@ -281,7 +293,7 @@ def finetune(
         note = json.dumps(
             {
                 "base": base_version,
-                "start": 0 if options.start_from == "pretrained" else base_version,
+                "start": 0 if start_from == "pretrained" else base_version,
                 "before": float(before.mean()),
                 "after": float(after.mean()),
             }

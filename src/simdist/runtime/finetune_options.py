@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from simdist.errors import ConfigError
+from simdist.sim.config import START_FROM
 
 
 def _option(default: Any, help: str | None = None) -> Any:
@@ -53,12 +54,13 @@ class FinetuneOptions:
     )
     # Where each finetune starts: the dynamics version in force, or the pretrained v0000, so that each adapt round
     # trains afresh on all the data so far (on the slope, continuing from the 15-minute dynamics took back part of
-    # their gain: docs/results.md, "The slope's second round under the fix"). The gate compares with the version
-    # in force either way.
+    # their gain; on the peg, training afresh lost: docs/results.md). "task": the model's task's measured choice
+    # (its `finetune_start_from`; full finetuning always continues). The gate compares with the version in force.
     start_from: str = _option(
-        "current",
-        "dynamics to train from: current (the version in force) or pretrained (v0000: each round afresh on all the "
-        "data so far; the gate still compares with the version in force)",
+        "task",
+        "dynamics to train from: current (the version in force), pretrained (v0000: each round afresh on all the "
+        "data so far; the gate still compares with the version in force) or task (the task's measured choice, "
+        "config/tasks/<task>.yaml finetune_start_from)",
     )
     # "dynamics" (SimDist: every dynamics member), "all" (the full-finetuning baseline), or "new_members" (an
     # ensemble's members 1..K-1 only, re-initialised when training starts, member 0 kept: how `simdist
@@ -93,8 +95,10 @@ class FinetuneOptions:
     reward_weight: float = 1.0
 
     def __post_init__(self) -> None:  # checked where the options are made, before a robot collects any data
-        if self.start_from not in ("current", "pretrained"):
-            raise ConfigError(f"start_from must be 'current' or 'pretrained', got '{self.start_from}'")
+        if self.start_from not in ("task", *START_FROM):
+            raise ConfigError(
+                f"start_from must be one of task, {', '.join(START_FROM)}; got '{self.start_from}'"
+            )
         if self.start_from == "pretrained" and self.trainable != "dynamics":
             raise ConfigError(
                 "start_from 'pretrained' is for dynamics finetuning (trainable 'dynamics') only"

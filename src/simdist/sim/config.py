@@ -29,6 +29,9 @@ DYNAMICS_PARAMS: dict[str, str] = {
 }
 
 
+START_FROM = ("current", "pretrained")  # where a dynamics finetune starts: the version in force, or v0000
+
+
 @dataclass(frozen=True)
 class CommandConfig:
     """Commands given to the robot: Go2 forward speed (m/s), or the peg's hole-pose estimate noise."""
@@ -113,6 +116,10 @@ class TaskConfig:
     termination: dict[str, float] = field(default_factory=dict)
     # the profile that stands in for the real robot (the calibrated one: `make run`, the launch files' default)
     real_profile: str = "sim"
+    # where each dynamics finetune of this task starts unless told (`FinetuneOptions.start_from`): "current" (the
+    # version in force: rounds continue) or "pretrained" (v0000: each round afresh on all the data so far), measured
+    # per task (docs/results.md)
+    finetune_start_from: str = "current"
 
     @property
     def substeps(self) -> int:
@@ -179,6 +186,11 @@ def load_task(task: str, overrides: Mapping[str, Any] | None = None) -> TaskConf
     for name, bounds in cfg.randomisation.items():
         if len(bounds) != 2 or bounds[0] > bounds[1]:
             raise ConfigError(f"randomisation.{name} must be [low, high] with low <= high, got {bounds}")
+    if cfg.finetune_start_from not in START_FROM:
+        raise ConfigError(
+            f"finetune_start_from of task {task} must be one of {', '.join(START_FROM)}, "
+            f"got '{cfg.finetune_start_from}'"
+        )
     if cfg.peg.range_name not in cfg.peg.ranges:
         raise ConfigError(
             f"peg.range_name '{cfg.peg.range_name}' unknown (valid: {', '.join(cfg.peg.ranges)})"
