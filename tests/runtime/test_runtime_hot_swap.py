@@ -10,10 +10,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import yaml
 from fast_planner import FAST_PLANNER
 
 from simdist.bags import read_episodes
-from simdist.model.checkpoint import current_version, list_versions, load_checkpoint, publish_dynamics
+from simdist.model.checkpoint import (
+    current_version,
+    list_versions,
+    load_checkpoint,
+    publish_dynamics,
+    rollback,
+)
 from simdist.paths import config_dir
 from simdist.runtime.deploy import run_deploy
 from simdist.runtime.finetune_options import FinetuneOptions
@@ -149,6 +156,16 @@ def test_the_search_granted_to_adapted_dynamics_plans_from_the_swap_until_the_ro
         adapted_planner=False,
     )
     assert plain.version == "v0002" and plain.stats.adapted_plans == 0
+    # a full finetune's model of its own was trained on real data at its v0000: granted too
+    full = Path(shutil.copytree(go2_model, tmp_path / "full"))
+    rollback(full, 0)
+    assert not ModelStore(full).adapted  # v0000 of a pretrained model
+    description = yaml.safe_load((full / "world_model.yaml").read_text())
+    description["extra"] = {**(description.get("extra") or {}), "full_finetune_of": f"{go2_model} v0000"}
+    (full / "world_model.yaml").write_text(yaml.safe_dump(description))
+    assert ModelStore(full).version == 0 and ModelStore(full).adapted
+    granted = run_deploy("go2_slope", "sim:sim", full, ticks=3, planner="granted", planner_overrides=fast)
+    assert granted.stats.adapted_plans == 3
 
 
 def test_a_broken_version_is_refused_and_planning_goes_on(go2_model: Path) -> None:

@@ -215,7 +215,7 @@ class DeployLoop:
             prev_action=None if self._prev_action is None else torch.from_numpy(self._prev_action),
             reset=reset,
             first_action=None if first_action is None else torch.from_numpy(first_action.copy()),
-            adapted=self.adapted_planner is not None and self.store.version > 0,
+            adapted=self.adapted_planner is not None and self.store.adapted,
         )
 
     def _adopt(self, job: PlanJob, result: Plan | BaseException, seconds: float) -> None:

@@ -19,6 +19,7 @@ from simdist.errors import CheckpointError
 from simdist.model.checkpoint import (
     current_version,
     load_checkpoint,
+    read_description,
     read_dynamics,
     rollback_target,
     version_label,
@@ -56,10 +57,18 @@ class ModelStore:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.swaps = 0
+        # a full finetune's model of its own: its v0000 was already trained on real data
+        self._full_finetune = "full_finetune_of" in (read_description(self.folder).get("extra") or {})
 
     @property
     def label(self) -> str:
         return version_label(self.version)
+
+    @property
+    def adapted(self) -> bool:
+        """Whether the dynamics in force were trained on real data: a version the gate published (after v0000), or
+        any version of a full finetune's own model. What grants the planner its `adapted` search."""
+        return self.version > 0 or self._full_finetune
 
     # -- background: notice, load, validate ------------------------------------------------------------------
     def start(self) -> ModelStore:
