@@ -10,9 +10,11 @@ import pytest
 import torch
 
 from simdist.errors import CheckpointError, ConfigError
-from simdist.model.checkpoint import current_version, load_checkpoint
+from simdist.model.checkpoint import current_version, load_checkpoint, pretrained_version
 from simdist.runtime.ensemble import build_ensemble
+from simdist.runtime.finetune import finetune
 from simdist.runtime.finetune_options import FinetuneOptions
+from simdist.runtime.store import ModelStore
 
 
 def test_fresh_members_train_on_sim_runs_and_member_zero_stays(go2_model: Path, tmp_path: Path) -> None:
@@ -51,6 +53,18 @@ def test_fresh_members_train_on_sim_runs_and_member_zero_stays(go2_model: Path, 
         if zero[k].norm() > 0
     ]
     assert float(torch.stack(moved).median()) > 0.5  # 60 steps at lr 1e-3 from member 0 would stay close
+    # the trained members are the ensemble's pretraining: real-data adaptation starts from v0001, and only a
+    # version after it grants the planner its adapted search
+    assert pretrained_version(out) == 1 and pretrained_version(go2_model) == 0
+    store = ModelStore(out)
+    assert store.version == 1 and not store.adapted
+    bags = sorted((out / "sim_bags").glob("run_*"))
+    frozen = dataclasses.replace(
+        options, trainable="dynamics", lr=0.0, min_improvement=-1.0, start_from="pretrained"
+    )
+    again = finetune(out, bags, frozen)  # the gate lets anything through: v0002, trained afresh from v0001
+    assert again.published and again.version == 2 and again.latent_after == pytest.approx(again.latent_before)
+    assert ModelStore(out).adapted
 
 
 def test_an_ensembles_first_version_predicts_as_its_source(go2_model: Path, tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ version, keys, shapes and finiteness and raises CheckpointError naming the file 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 import torch
 import yaml
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from simdist import atomic
@@ -32,6 +33,9 @@ WEIGHTS_NAME = "weights.safetensors"
 DYNAMICS_DIR = "dynamics"
 CURRENT_NAME = "current"
 _VERSION_RE = re.compile(r"^v(\d{4,})\.safetensors$")
+
+# a version note's key: this version belongs to the model's pretraining (an ensemble's members, trained on simulation)
+PRETRAINING = "pretraining"
 
 
 def _replace_bytes(path: Path, data: bytes) -> None:
@@ -262,6 +266,30 @@ def publish_dynamics(folder: str | Path, dynamics: torch.nn.Module | WorldModel,
     )
     _set_current(root, version)
     return version
+
+
+def version_note(folder: str | Path, version: int) -> dict[str, Any]:
+    """The JSON note a version was published with (what trained it), {} where it has none."""
+    path = Path(folder) / DYNAMICS_DIR / _version_name(version)
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            note = (handle.metadata() or {}).get("note", "")
+    except (SafetensorError, OSError) as exc:
+        raise CheckpointError(
+            f"{path}: corrupt or truncated safetensors ({str(exc).splitlines()[0]})"
+        ) from None
+    try:
+        parsed = json.loads(note) if note else {}
+    except json.JSONDecodeError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def pretrained_version(folder: str | Path) -> int:
+    """The version that ends the model's pretraining, where adaptation on real data starts: v0000, or the newest
+    version whose note marks it as part of pretraining (an ensemble's members trained on simulation)."""
+    marked = [v for v in list_versions(folder) if version_note(folder, v).get(PRETRAINING)]
+    return marked[-1] if marked else 0
 
 
 def rollback_target(folder: str | Path, version: int | None = None) -> int:

@@ -6,10 +6,10 @@ no setting is written twice. Merge order: parent top level, parent robot section
 level, own robot section, own task section, then `--set` overrides.
 
 Any level may hold an `adapted:` mapping: the search the planner is given once the dynamics in force were adapted
-on real data (a version after v0000, which only the finetuning gate publishes). A wider search exploits the
-pretrained dynamics' errors and pays only through dynamics that real data corrected (docs/results.md, "Planning
-strength against model quality"), so the gate's decision is what grants it. `adapted` blocks merge in the same order,
-after the plain settings and before `--set` overrides.
+on real data (a version the finetuning gate published after the pretrained one: `ModelStore.adapted`). A wider
+search exploits the pretrained dynamics' errors and pays only through dynamics that real data corrected
+(docs/results.md, "Planning strength against model quality"), so the gate's decision is what grants it. `adapted`
+blocks merge in the same order, after the plain settings and before `--set` overrides.
 """
 
 from __future__ import annotations

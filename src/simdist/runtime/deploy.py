@@ -113,9 +113,9 @@ def run_deploy(
     `task` is a task name or the command's TaskConfig (then `overrides` are taken as applied to it already).
 
     `model` is a checkpoint folder or a running ModelStore (kept across runs, as `simdist adapt` does).
-    `adapted_planner`: once a version after v0000 is in force, plan with the search the planner file grants adapted
-    dynamics (its `adapted` settings; `planner_overrides` still apply last). False: `planner` as loaded throughout
-    (a measurement of one setting, `simdist plan-grid`).
+    `adapted_planner`: once dynamics trained on real data are in force (`ModelStore.adapted`), plan with the search
+    the planner file grants adapted dynamics (its `adapted` settings; `planner_overrides` still apply last). False:
+    `planner` as loaded throughout (a measurement of one setting, `simdist plan-grid`).
     `scheduling`: real-time priority, CPUs and memory locking of the control and planner threads (real time only).
     `safe_stop_after_s`: a hold this long becomes a safe stop and ends the run (default: `SAFE_STOP_AFTER_S` on
     hardware, never in simulation).

@@ -38,8 +38,10 @@ from simdist.data.dataset import ShardDataset
 from simdist.data.windows import WindowBatch, WindowSampler
 from simdist.errors import BagError, CheckpointError, ConfigError, DatasetError
 from simdist.model.checkpoint import (
+    PRETRAINING,
     current_version,
     load_checkpoint,
+    pretrained_version,
     publish_dynamics,
     read_description,
     save_checkpoint,
@@ -221,10 +223,11 @@ def finetune(
         + (f", objective {before_objective:.5f}" if any(weights.values()) else "")
     )
     start_from = resolve_start_from(options, folder)
-    if start_from == "pretrained" and base_version != 0:
+    pretrained = pretrained_version(folder)  # v0000, or an ensemble's version with its members trained
+    if start_from == "pretrained" and base_version != pretrained:
         # afresh from the pretrained dynamics; `before` above stays the version in force, which the gate compares with
-        model.dynamics.load_state_dict(load_checkpoint(folder, version=0).dynamics.state_dict())
-        say("training from the pretrained dynamics (v0000)")
+        model.dynamics.load_state_dict(load_checkpoint(folder, version=pretrained).dynamics.state_dict())
+        say(f"training from the pretrained dynamics ({version_label(pretrained)})")
     best = _heldout(model, select, limit, weights)[1]
     best_state, since = copy.deepcopy(trained.state_dict()), 0
     per_epoch = math.ceil(len(train) / options.batch_size)
@@ -293,7 +296,9 @@ def finetune(
         note = json.dumps(
             {
                 "base": base_version,
-                "start": 0 if start_from == "pretrained" else base_version,
+                "start": pretrained if start_from == "pretrained" else base_version,
+                # an ensemble's members trained (on simulation runs): the model's pretraining, not adaptation
+                **({PRETRAINING: True} if options.trainable == "new_members" else {}),
                 "before": float(before.mean()),
                 "after": float(after.mean()),
             }

@@ -65,8 +65,9 @@ class DeployLoop:
         actuator: turns the task action into robot commands (`simdist.runtime.actuation`).
         store: the model store (hot swap); its current model plans.
         planner_config, limits: the MPPI settings (horizon = the model's) and the task's action limits.
-        adapted_planner_config: the search granted once the dynamics in force are a version the gate published
-            (after v0000), from the tick that swaps such a version in (a rollback to v0000 takes it back); None:
+        adapted_planner_config: the search granted once the dynamics in force were trained on real data (the
+            store's `adapted`: a version the gate published after the pretrained one, or a full finetune's model),
+            from the tick that swaps such a version in (a rollback to the pretrained one takes it back); None:
             `planner_config` always.
         command: the task command now (the SimRobot's, or a fixed one on hardware).
         bag: the run's BagWriter (already open), or None.

@@ -19,6 +19,7 @@ from simdist.errors import CheckpointError
 from simdist.model.checkpoint import (
     current_version,
     load_checkpoint,
+    pretrained_version,
     read_description,
     read_dynamics,
     rollback_target,
@@ -59,6 +60,7 @@ class ModelStore:
         self.swaps = 0
         # a full finetune's model of its own: its v0000 was already trained on real data
         self._full_finetune = "full_finetune_of" in (read_description(self.folder).get("extra") or {})
+        self.pretrained = pretrained_version(self.folder)  # v0000, or an ensemble's members-trained version
 
     @property
     def label(self) -> str:
@@ -66,9 +68,9 @@ class ModelStore:
 
     @property
     def adapted(self) -> bool:
-        """Whether the dynamics in force were trained on real data: a version the gate published (after v0000), or
-        any version of a full finetune's own model. What grants the planner its `adapted` search."""
-        return self.version > 0 or self._full_finetune
+        """Whether the dynamics in force were trained on real data: a version the gate published after the
+        pretrained one, or any version of a full finetune's own model. What grants the planner its `adapted` search."""
+        return self.version > self.pretrained or self._full_finetune
 
     # -- background: notice, load, validate ------------------------------------------------------------------
     def start(self) -> ModelStore:
