@@ -171,10 +171,15 @@ def test_the_search_granted_to_adapted_dynamics_plans_from_the_swap_until_the_ro
 def test_a_broken_version_is_refused_and_planning_goes_on(go2_model: Path) -> None:
     store = ModelStore(go2_model)
     publish_dynamics(go2_model, _perturbed(go2_model))
+    second = _perturbed(go2_model)
     bad = go2_model / "dynamics" / "v0001.safetensors"
     bad.write_bytes(bad.read_bytes()[:100])  # damaged after publishing (a disk, a copy gone wrong)
     assert store.check() is None and store.poll() is None and store.label == "v0000"
     assert 1 in store._refused  # and not retried at every poll
+    # a damaged older version does not stop a deploy from starting on the one in force
+    publish_dynamics(go2_model, second)
+    later = ModelStore(go2_model)
+    assert later.label == "v0002" and later.pretrained == 0 and later.adapted
 
 
 def test_killing_the_worker_mid_write_leaves_no_half_version(go2_model: Path, tmp_path: Path) -> None:

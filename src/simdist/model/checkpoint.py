@@ -287,8 +287,15 @@ def version_note(folder: str | Path, version: int) -> dict[str, Any]:
 
 def pretrained_version(folder: str | Path) -> int:
     """The version that ends the model's pretraining, where adaptation on real data starts: v0000, or the newest
-    version whose note marks it as part of pretraining (an ensemble's members trained on simulation)."""
-    marked = [v for v in list_versions(folder) if version_note(folder, v).get(PRETRAINING)]
+    version whose note marks it as part of pretraining (an ensemble's members trained on simulation). A version
+    whose file cannot be read counts as unmarked (it cannot be loaded either; deploying must not stop at it)."""
+    marked = []
+    for version in list_versions(folder):
+        try:
+            if version_note(folder, version).get(PRETRAINING):
+                marked.append(version)
+        except CheckpointError:
+            continue
     return marked[-1] if marked else 0
 
 

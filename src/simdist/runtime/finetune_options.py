@@ -58,9 +58,9 @@ class FinetuneOptions:
     # (its `finetune_start_from`; full finetuning always continues). The gate compares with the version in force.
     start_from: str = _option(
         "task",
-        "dynamics to train from: current (the version in force), pretrained (v0000: each round afresh on all the "
-        "data so far; the gate still compares with the version in force) or task (the task's measured choice, "
-        "config/tasks/<task>.yaml finetune_start_from)",
+        "dynamics to train from: current (the version in force), pretrained (v0000, or an ensemble's trained "
+        "members: each round afresh on all the data so far; the gate still compares with the version in force) or "
+        "task (the task's measured choice, config/tasks/<task>.yaml finetune_start_from)",
     )
     # "dynamics" (SimDist: every dynamics member), "all" (the full-finetuning baseline), or "new_members" (an
     # ensemble's members 1..K-1 only, re-initialised when training starts, member 0 kept: how `simdist
