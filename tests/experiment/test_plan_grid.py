@@ -31,9 +31,12 @@ def test_every_setting_meets_every_version_and_a_rerun_resumes(
 ) -> None:
     settings = [
         grid.parse_setting("cpu"),
-        grid.parse_setting("wide:num_samples=8,iterations=2,elites=4,policy_max_lead=2"),
+        grid.parse_setting("wide:num_samples=8,num_policy_samples=4,iterations=2,elites=4,policy_max_lead=2"),
     ]
-    assert settings[1] == ("wide", {"num_samples": 8, "iterations": 2, "elites": 4, "policy_max_lead": 2})
+    assert settings[1] == (
+        "wide",
+        {"num_samples": 8, "num_policy_samples": 4, "iterations": 2, "elites": 4, "policy_max_lead": 2},
+    )
     out = tmp_path / "grid"
     result = grid.measure(
         "ur5e_peg", "real", peg_model, [0, 1], settings, episodes=1, out=out, say=lambda _: None
@@ -44,6 +47,7 @@ def test_every_setting_meets_every_version_and_a_rerun_resumes(
     assert cells["v0001 wide"]["planner"] == {
         "name": "cpu",
         "num_samples": 8,
+        "num_policy_samples": 4,
         "iterations": 2,
         "elites": 4,
         "policy_max_lead": 2,

@@ -165,3 +165,42 @@ def test_a_slower_gait_is_chosen_only_where_the_commanded_one_slips(
     without, _ = _plan_on_slippery_ground(speed, ())
     assert without.stats.policy_command_scale is None
     assert torch.allclose(without.action, torch.tensor([speed]), atol=1e-2)  # no slower gait to choose
+
+
+@pytest.mark.parametrize(("goal", "kept"), [(3.0, "policy"), (0.0, "last plan")])
+def test_the_pegs_shipped_planner_keeps_the_policys_new_chunk_or_the_rest_of_its_last_plan(
+    goal: float, kept: str
+) -> None:
+    """config/planner/cpu.yaml's ur5e_peg setting: two candidates a tick, the base policy's chunk and the last plan's
+    remaining steps (a Gaussian sample at a vanishing std), and the dynamics keep the better one."""
+    from simdist.plan import load_planner_config
+
+    peg = load_planner_config("cpu", "ur5e", task="ur5e_peg")
+    assert (peg.num_samples, peg.num_policy_samples, peg.elites, peg.iterations) == (1, 1, 1, 1)
+    cfg = planner_config(
+        horizon=6,
+        **{
+            k: getattr(peg, k)
+            for k in ("num_samples", "num_policy_samples", "policy_std", "iterations", "elites")
+            + ("temperature", "init_std", "min_std", "keep_elites")
+        },
+    )
+    model = PointMass(horizon=6, effort=0.01)
+    planner = Planner(model, cfg, seed=0)
+    seen: list[torch.Tensor] = []
+    planner.on_candidates = lambda chunks, scores: seen.append(chunks.clone())
+    ctx = model.context(torch.zeros(1, 3, 2), torch.zeros(1, 3, 2), torch.ones(1, 3), torch.zeros(1, 2))
+    command = torch.full((2,), goal)
+    first = torch.zeros(1, 6, 2)  # the policy first proposes to stay
+    model.policy = first.clone()
+    plan = planner.act(ctx, command)
+    assert len(seen[0]) == 2 and torch.allclose(seen[0], first.expand(2, -1, -1), atol=1e-4)
+    assert torch.allclose(plan.actions, first[0], atol=1e-4)
+    model.policy = torch.full((1, 6, 2), 0.5)  # then to move towards (3, 3)
+    plan = planner.act(ctx, command)
+    last_rest = first[0]  # staying, shifted by one step, is staying
+    assert len(seen[1]) == 2
+    assert torch.equal(seen[1][1], model.policy[0])  # the policy's chunk itself competes
+    assert torch.allclose(seen[1][0], last_rest, atol=1e-4)
+    expected = model.policy[0] if kept == "policy" else last_rest
+    assert torch.allclose(plan.actions, expected, atol=1e-4)
