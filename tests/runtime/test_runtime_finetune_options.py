@@ -61,6 +61,23 @@ def test_max_minutes_zero_is_no_budget() -> None:
     assert fo.options_from_args(args, adapt.ADAPT_OPTIONS).max_minutes is None
 
 
+def test_a_round_trains_the_measured_4000_steps_unless_told_otherwise() -> None:
+    """Every adaptation result was measured with 4 000 steps a round; longer training planned worse on the slope."""
+    default = fo.options_from_args(
+        _parse(adapt.add_arguments, ["--task", "t", "--profile", "p"]), adapt.ADAPT_OPTIONS
+    )
+    assert default.max_steps == 4000
+    args = _parse(adapt.add_arguments, ["--task", "t", "--profile", "p", "--max-steps", "0"])
+    assert (
+        fo.options_from_args(args, adapt.ADAPT_OPTIONS).max_steps is None
+    )  # 0: no cap, as --max-epochs allows
+    from simdist.errors import ConfigError
+
+    args = _parse(adapt.add_arguments, ["--task", "t", "--profile", "p", "--max-steps", "-5"])
+    with pytest.raises(ConfigError, match="max_steps must be >= 1"):
+        fo.options_from_args(args, adapt.ADAPT_OPTIONS)
+
+
 def test_only_declared_options_become_flags() -> None:
     with pytest.raises(ValueError, match="eval_windows"):
         fo.add_option_arguments(argparse.ArgumentParser(), ["eval_windows"])
