@@ -67,10 +67,9 @@ def test_a_round_trains_the_measured_4000_steps_unless_told_otherwise() -> None:
         _parse(adapt.add_arguments, ["--task", "t", "--profile", "p"]), adapt.ADAPT_OPTIONS
     )
     assert default.max_steps == 4000
+    # 0: no cap, as many steps as --max-epochs allows
     args = _parse(adapt.add_arguments, ["--task", "t", "--profile", "p", "--max-steps", "0"])
-    assert (
-        fo.options_from_args(args, adapt.ADAPT_OPTIONS).max_steps is None
-    )  # 0: no cap, as --max-epochs allows
+    assert fo.options_from_args(args, adapt.ADAPT_OPTIONS).max_steps is None
     from simdist.errors import ConfigError
 
     args = _parse(adapt.add_arguments, ["--task", "t", "--profile", "p", "--max-steps", "-5"])
