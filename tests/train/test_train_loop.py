@@ -51,13 +51,21 @@ def _ddp_train(rank: int, world: int, out_file: str) -> None:
 def test_two_process_ddp_equals_one_process_on_the_same_global_batch(tmp_path):
     out = tmp_path / "ddp.safetensors"
     mp.spawn(_ddp_worker, args=(2, str(tmp_path / "init"), str(out)), nprocs=2, join=True)
-    single = _trainer()
-    logs = [single.train_step() for _ in range(STEPS)]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the workers: MKL's thread count (load-dependent) changes the rounding
+    try:
+        single = _trainer()
+        logs = [single.train_step() for _ in range(STEPS)]
+    finally:
+        torch.set_num_threads(threads)
     ddp_state = load_file(out)
     moved = 0.0
     initial = _trainer().model.state_dict()
     for key, value in single.model.state_dict().items():
-        torch.testing.assert_close(ddp_state[key], value, rtol=1e-4, atol=1e-6, msg=key)
+        # Adam scales each weight's step by its own gradient's size, so one batch against two averaged halves
+        # (float rounding) moves a weight whose gradient is near zero by a few 1e-6 (3.3e-6 measured); 1e-5 is
+        # 0.3 % of what training moved the weights (3e-3), and a rank that trained on its half alone misses it
+        torch.testing.assert_close(ddp_state[key], value, rtol=1e-4, atol=1e-5, msg=key)
         moved = max(moved, float((value - initial[key]).abs().max()))
     assert moved > 1e-4  # the comparison is about trained weights, not the shared initialisation
     from safetensors import safe_open
