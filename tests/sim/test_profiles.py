@@ -79,3 +79,28 @@ def test_ur5e_tracks_a_step_more_slowly_on_real():
     sim, real = _peg_step_response("sim"), _peg_step_response("real")
     assert abs(sim[-1]) < 0.002  # sim has arrived after 0.5 s
     assert real[3] > sim[3] + 0.005  # real is still well short one step after the command ended
+
+
+def _wall_gaps(undersize_m: float) -> np.ndarray:
+    """Distances (m) from the peg to the hole's four walls, the peg 1 cm into the opening, centred and square to it."""
+    import mujoco
+
+    from simdist.robots.ur5e.search import tool_yaw
+
+    env = make_env("ur5e_peg", "sim", num_envs=1, seed=0, overrides={"nominal.hole_undersize_m": undersize_m})
+    env.reset(seed=0)
+    m, d = env.models[0], env.datas[0]
+    tip = env._last_state["tool_pos"][0]
+    yaw = float(tool_yaw(env._last_state["tool_quat"])[0])
+    d.mocap_pos[0] = tip + [0.0, 0.0, 0.01]
+    d.mocap_quat[0] = [np.cos(yaw / 2), 0, 0, np.sin(yaw / 2)]
+    mujoco.mj_forward(m, d)
+    peg = m.geom("peg").id
+    return np.array([mujoco.mj_geomDistance(m, d, peg, m.geom(f"wall{k}").id, 0.01, None) for k in range(4)])
+
+
+def test_a_part_with_an_undersized_opening_leaves_the_peg_less_clearance_on_every_side():
+    model, tight = _wall_gaps(0.0), _wall_gaps(0.0006)
+    clearance = 0.001  # config/tasks/ur5e_peg.yaml peg.clearance: the opening is 1 mm wider than the peg
+    np.testing.assert_allclose(model, clearance / 2, atol=1e-4)  # centred: half the clearance each side
+    np.testing.assert_allclose(tight, (clearance - 0.0006) / 2, atol=1e-4)

@@ -26,6 +26,7 @@ DYNAMICS_PARAMS: dict[str, str] = {
     "ground_dampratio": "contact damping ratio of the ground: >1 absorbs energy",
     "sensor_noise_scale": "scale of the configured sensor noise",
     "slope_deg": "ramp angle in degrees (go2_slope)",
+    "hole_undersize_m": "m by which the part's opening is narrower than the model's (ur5e_peg: a tighter fit)",
 }
 
 

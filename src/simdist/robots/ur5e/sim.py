@@ -18,6 +18,7 @@ import mujoco
 import numpy as np
 from mujoco.batch import Batch
 
+from simdist.errors import ConfigError
 from simdist.hardware.state import RobotState
 from simdist.paths import assets_dir
 from simdist.robots.ur5e import JOINT_NAMES, PROPRIO_DIM, workspace
@@ -84,6 +85,14 @@ class PegEnv(SimVecEnv):
 
     def build_model(self) -> mujoco.MjModel:
         pc = self.cfg.peg
+        tightest = max(
+            self.profile_params.get("hole_undersize_m", 0.0),
+            *self.cfg.randomisation.get("hole_undersize_m", [0]),
+        )
+        if tightest >= pc.clearance:
+            raise ConfigError(
+                f"hole_undersize_m {tightest} closes the opening: it must stay below peg.clearance {pc.clearance}"
+            )
         spec = mujoco.MjSpec.from_file(str(assets_dir() / "ur5e.xml"))
         spec.option.timestep = self.cfg.physics_dt
         for body in spec.bodies:
@@ -130,7 +139,8 @@ class PegEnv(SimVecEnv):
         section = [(a, -depth), (a + wall, -depth), (a + wall, 0.0), (a + c, 0.0), (a, -c)]
         half = a + wall
         prism = [(x, y, z) for y in (-half, half) for x, z in section]
-        for k, yaw in enumerate((0.0, math.pi / 2, math.pi, -math.pi / 2)):
+        wall_yaws = (0.0, math.pi / 2, math.pi, -math.pi / 2)
+        for k, yaw in enumerate(wall_yaws):
             co, si = math.cos(yaw), math.sin(yaw)
             spec.add_mesh(
                 name=f"wall{k}",
@@ -155,6 +165,10 @@ class PegEnv(SimVecEnv):
             spec.add_sensor(name=name, type=kind, objtype=mujoco.mjtObj.mjOBJ_SITE, objname=site)
         model = spec.compile()
         self._peg_geom = model.geom("peg").id
+        # each wall moves along its outward normal to narrow the opening (profile parameter hole_undersize_m)
+        self._walls = np.array([model.geom(f"wall{k}").id for k in range(4)])
+        self._wall_pos = model.geom_pos[self._walls].copy()
+        self._wall_out = np.array([[math.cos(y), math.sin(y), 0.0] for y in wall_yaws])
         self._peg_body = model.body("peg").id
         self._peg_mass = float(model.body_mass[self._peg_body])
         self._tip = model.site("peg_tip").id
@@ -201,6 +215,7 @@ class PegEnv(SimVecEnv):
         m.actuator_biasprm[:, 2] = -self._kv * p["kd_scale"]
         m.dof_frictionloss[:] = p["joint_friction"]
         m.dof_damping[:] = p["joint_damping"]
+        m.geom_pos[self._walls] = self._wall_pos - self._wall_out * (p.get("hole_undersize_m", 0.0) / 2)
 
     def _ik_steps(
         self,
