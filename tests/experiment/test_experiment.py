@@ -163,9 +163,9 @@ def test_oracle_randomisation_contains_the_profile() -> None:
     assert slope == {"randomisation.friction": [0.10, 1.2], "randomisation.latency_steps": [0, 3]}
     peg = oracle_randomisation(load_task("ur5e_peg"), "real_2026_11")
     assert peg["randomisation.latency_steps"] == [0, 2] and peg["randomisation.kp_scale"] == [0.4, 1.2]
-    assert "randomisation.latency_steps" not in oracle_randomisation(
-        load_task("ur5e_peg"), "real"
-    )  # 1 is inside
+    real = oracle_randomisation(load_task("ur5e_peg"), "real")
+    assert "randomisation.latency_steps" not in real  # 1 is inside
+    assert real["randomisation.hole_undersize_m"] == [0.0, 0.0006]  # never drawn in pretraining: from nominal
     held_out = load_task("go2_slope", {"profiles.icy": {"friction": 0.05, "slope_deg": 9.0}})
     widened = oracle_randomisation(held_out, "icy")
     assert widened == {"randomisation.friction": [0.05, 1.2], "randomisation.slope_deg": [0.0, 9.0]}
