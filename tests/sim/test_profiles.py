@@ -1,8 +1,10 @@
 """Each real-world profile measurably changes the dynamics against `sim` under the same open-loop actions."""
 
+import mujoco
 import numpy as np
 
-from simdist.sim import make_env
+from simdist.robots.ur5e.search import tool_yaw
+from simdist.sim import load_task, make_env
 
 FEET = ("FR", "FL", "RR", "RL")
 
@@ -83,10 +85,6 @@ def test_ur5e_tracks_a_step_more_slowly_on_real():
 
 def _wall_gaps(undersize_m: float) -> np.ndarray:
     """Distances (m) from the peg to the hole's four walls, the peg 1 cm into the opening, centred and square to it."""
-    import mujoco
-
-    from simdist.robots.ur5e.search import tool_yaw
-
     env = make_env("ur5e_peg", "sim", num_envs=1, seed=0, overrides={"nominal.hole_undersize_m": undersize_m})
     env.reset(seed=0)
     m, d = env.models[0], env.datas[0]
@@ -101,6 +99,7 @@ def _wall_gaps(undersize_m: float) -> np.ndarray:
 
 def test_a_part_with_an_undersized_opening_leaves_the_peg_less_clearance_on_every_side():
     model, tight = _wall_gaps(0.0), _wall_gaps(0.0006)
-    clearance = 0.001  # config/tasks/ur5e_peg.yaml peg.clearance: the opening is 1 mm wider than the peg
+    clearance = load_task("ur5e_peg").peg.clearance  # the modelled opening is this much wider than the peg
+    assert clearance > 0.0006
     np.testing.assert_allclose(model, clearance / 2, atol=1e-4)  # centred: half the clearance each side
     np.testing.assert_allclose(tight, (clearance - 0.0006) / 2, atol=1e-4)
