@@ -138,3 +138,38 @@ def test_writer_refuses_bad_episodes(tmp_path):
     writer.add_episode(episode, params)
     with pytest.raises(DatasetError, match="dims"):
         writer.add_episode({**other, "proprio": other["proprio"][:, :3]}, params)
+
+
+def test_expert_labels_travel_from_writer_to_windows(tmp_path):
+    root = write_linear_dataset(
+        tmp_path / "labelled", 6, length=(3, 20), steps_per_shard=40, expert_labels=True
+    )
+    ds = ShardDataset(root)
+    assert ds.optional == ("expert_action",) and not ds.has_image
+    memory = ds.load()
+    assert memory.optional == ("expert_action",)
+    lazy, fast = WindowSampler(ds, 4, 3, expert_labels=True), WindowSampler(memory, 4, 3, expert_labels=True)
+    index = np.arange(len(lazy))
+    a, b = lazy.windows(index), fast.windows(index)
+    assert a.expert_action is not None and a.expert_action.equal(b.expert_action)
+    # the label equals the executed action where the expert acted clean, and differs where noise was added
+    flag, future = a.expert_flag, a.future_mask
+    same = (a.expert_action == a.actions).all(-1)
+    assert same[flag].all() and not same[future & ~flag].all()
+    assert (a.expert_action[~future] == 0).all()  # padded past the episode's end like the actions
+    assert WindowSampler(ds, 4, 3).windows(index).expert_action is None  # only when asked for
+
+
+def test_expert_labels_are_refused_where_the_corpus_has_none(tmp_path):
+    ds = ShardDataset(write_linear_dataset(tmp_path, 3, length=10))
+    assert ds.optional == ()
+    with pytest.raises(DatasetError, match="no expert_action"):
+        WindowSampler(ds, 4, 3, expert_labels=True)
+    (labelled, params), (plain, _) = linear_system_episodes(2, length=10, expert_labels=True)
+    plain = {k: v for k, v in plain.items() if k != "expert_action"}
+    writer = ShardWriter(tmp_path / "mixed", INFO)
+    writer.add_episode(labelled, params)
+    with pytest.raises(DatasetError, match="carries \\[\\], earlier episodes \\['expert_action'\\]"):
+        writer.add_episode(plain, params)
+    with pytest.raises(DatasetError, match="expert_action has shape"):
+        writer.add_episode({**labelled, "expert_action": labelled["expert_action"][:, :1]}, params)

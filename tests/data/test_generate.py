@@ -73,6 +73,25 @@ def test_mixture_and_expert_flag():
         else:
             assert not flag.any()  # never set while a checkpoint acts
         np.testing.assert_allclose(arrays["value"], 1.5)
+        np.testing.assert_array_equal(
+            arrays["expert_action"], 0.0
+        )  # the final expert's answer, whoever acted
+
+
+def test_expert_labels_are_clipped_like_the_executed_actions():
+    cfg = load_task("go2_foam", {"episode_seconds": 1.0})
+    dcfg = dataclasses.replace(load_data_config("tiny"), num_envs=4, never_noised_share=0.0)
+
+    class Forceful(FakeExpert):  # the final expert asks for more than the simulator executes
+        def __init__(self) -> None:
+            super().__init__()
+            self.final = ConstantPolicy(5.0)
+
+    episodes = generate_shard(cfg, dcfg, Forceful(), shard=0, target_steps=600)
+    for arrays, _ in episodes:
+        np.testing.assert_array_equal(arrays["expert_action"], cfg.action_clip)
+        flag = arrays["expert_flag"]
+        np.testing.assert_array_equal(arrays["action"][flag], arrays["expert_action"][flag])
 
 
 def test_interrupt_and_resume_give_the_same_dataset(tmp_path, monkeypatch):

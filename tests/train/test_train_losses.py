@@ -25,6 +25,46 @@ def test_behaviour_cloning_mask_stops_at_first_non_expert_step():
     assert masks["dynamics"].tolist() == future.float().tolist()
 
 
+def test_behaviour_cloning_with_labels_counts_the_step_the_expert_reached():
+    flags = torch.tensor([[True, True, False, True], [False, True, True, True]])
+    future = torch.tensor([[True, True, True, True], [True, True, True, False]])
+    labels = torch.zeros(2, 4, 3)
+    batch = type("B", (), {"expert_flag": flags & future, "future_mask": future, "expert_action": labels})()
+    # step k counts while steps 0..k-1 were the expert's own: the label at a noised step still does
+    assert loss_masks(batch)["action"].tolist() == [[1, 1, 1, 0], [1, 0, 0, 0]]
+
+
+def test_labels_are_the_behaviour_cloning_target_and_cloned_where_noise_acted():
+    """On a corpus whose noised steps carry the expert's answer, cloning the labels learns that answer there;
+    cloning the executed actions (masked to clean chunks) leaves the noised windows unlearned, or learns the noise."""
+    torch.manual_seed(0)
+    episodes = [e for e, _ in linear_system_episodes(6, length=30, seed=3, expert_labels=True)]
+    source = InMemoryEpisodes(episodes)
+    config = dataclasses.replace(load_model_config("tiny"), latent_dim=32, encoder_hidden=(64,))
+    model = WorldModel(6, 2, 2, config)
+    model.normalizer.load_stats(source.normalizer_stats())
+    sampler = WindowSampler(source, config.history, config.horizon, expert_labels=True)
+    batch = sampler.sample(64, np.random.default_rng(0))
+    out = model(batch)
+    np.testing.assert_allclose(
+        out["action_target"].detach(), model.normalizer.normalize("action", batch.expert_action).detach()
+    )
+    noised = ~batch.expert_flag[:, 0]  # windows whose first step was noised: the labels' new cases
+    assert noised.sum() >= 5 and not torch.allclose(batch.actions[noised, 0], batch.expert_action[noised, 0])
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    weights = LossWeights(dynamics=0.0, reward=0.0, value=0.0, action=1.0)
+    for _ in range(300):
+        total, _ = compute_losses(model(batch), batch, weights)
+        optimizer.zero_grad()
+        total.backward()
+        optimizer.step()
+    with torch.no_grad():
+        first = model.normalizer.denormalize("action", model(batch)["action"])[:, 0]
+    to_label = (first[noised] - batch.expert_action[noised, 0]).abs().mean()
+    to_executed = (first[noised] - batch.actions[noised, 0]).abs().mean()
+    assert to_label < 0.1 * to_executed, (float(to_label), float(to_executed))
+
+
 def test_schedule_warms_up_then_decays_to_final():
     kw = {"peak": 2e-4, "final": 1e-4, "warmup": 10, "total": 110}
     assert math.isclose(learning_rate(0, **kw), 2e-5)

@@ -14,7 +14,15 @@ from typing import Any, Protocol
 import h5py
 import numpy as np
 
-from simdist.data.schema import MANIFEST_NAME, NORMALISED_FIELDS, SCHEMA_VERSION, STEP_FIELDS, VECTOR_FIELDS
+from simdist.data.schema import (
+    MANIFEST_NAME,
+    NORMALISED_FIELDS,
+    OPTIONAL_FIELDS,
+    SCHEMA_VERSION,
+    STEP_FIELDS,
+    VECTOR_FIELDS,
+    optional_fields,
+)
 from simdist.data.stats import RunningStats
 from simdist.errors import DatasetError
 
@@ -22,8 +30,9 @@ WINDOW_FIELDS = ("proprio", "action", "command", "reward", "value", "expert_flag
 
 
 class EpisodeSource(Protocol):
-    """Whole episodes addressed by position 0..len-1."""
+    """Whole episodes addressed by position 0..len-1; `optional` names the optional fields every episode has."""
 
+    optional: tuple[str, ...]
     has_image: bool
 
     def __len__(self) -> int: ...
@@ -44,11 +53,11 @@ class InMemoryEpisodes:
         lengths = [len(e["proprio"]) for e in episodes]
         self._lengths = np.asarray(lengths, dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self._lengths)]).astype(np.int64)
-        self.has_image = all("image" in e for e in episodes)
-        fields = list(WINDOW_FIELDS) + (["image"] if self.has_image else [])
+        self.optional = tuple(name for name in OPTIONAL_FIELDS if all(name in e for e in episodes))
+        self.has_image = "image" in self.optional
         self.flat: dict[str, np.ndarray] = {}
-        for field in fields:
-            dtype = STEP_FIELDS.get(field, np.dtype(np.uint8))
+        for field in WINDOW_FIELDS + self.optional:
+            dtype = STEP_FIELDS.get(field, OPTIONAL_FIELDS.get(field))
             parts = []
             for i, e in enumerate(episodes):
                 if field not in e:
@@ -110,7 +119,11 @@ class ShardDataset:
             raise DatasetError(f"{path}: schema version {version}, this code reads {SCHEMA_VERSION}")
         if not self.manifest.get("shards"):
             raise DatasetError(f"{path}: no complete shards")
-        self.has_image = bool(self.manifest.get("has_image"))
+        try:
+            self.optional = optional_fields(self.manifest)
+        except DatasetError as exc:
+            raise DatasetError(f"{path}: {exc}") from None
+        self.has_image = "image" in self.optional
         self.dims: dict[str, int] = dict(self.manifest["dims"])
         self._files: list[h5py.File | None] = [None] * len(self.manifest["shards"])
         shard_of, starts, lengths, ids = [], [], [], []
@@ -120,7 +133,7 @@ class ShardDataset:
                 offsets = handle["episode_offsets"][()]
                 shard_ids = handle["episode_ids"][()]
                 n_steps = handle["proprio"].shape[0]
-                for field in WINDOW_FIELDS + (("image",) if self.has_image else ()):
+                for field in WINDOW_FIELDS + self.optional:
                     if handle[field].shape[0] != n_steps:
                         raise DatasetError(
                             f"{handle.filename}: field '{field}' has {handle[field].shape[0]} steps"
@@ -205,9 +218,7 @@ class ShardDataset:
         total = 0
         for i in range(len(self._files)):
             handle = self._file(i)
-            total += sum(handle[f].size * handle[f].dtype.itemsize for f in WINDOW_FIELDS)
-            if self.has_image:
-                total += handle["image"].size
+            total += sum(handle[f].size * handle[f].dtype.itemsize for f in WINDOW_FIELDS + self.optional)
         return total
 
     def load(self, max_bytes: int = 2 << 30) -> ShardDataset | InMemoryEpisodes:
@@ -215,7 +226,7 @@ class ShardDataset:
         if self.nbytes() > max_bytes:
             return self
         episodes: list[dict[str, np.ndarray]] = []
-        fields = list(WINDOW_FIELDS) + (["image"] if self.has_image else [])
+        fields = list(WINDOW_FIELDS + self.optional)
         for i in range(len(self._files)):
             handle = self._file(i)
             try:

@@ -3,7 +3,10 @@
 Per environment and reset, the final expert acts with probability `expert_probability`, otherwise a checkpoint
 drawn uniformly. Action-noise bursts of U[burst) steps alternate with clean stretches of U[clean) steps, with a
 per-environment, per-dimension noise std drawn once from `noise_std_range`; a share of environments is never noised.
-expert_flag is true exactly where the final expert acted and no noise was added.
+expert_flag is true exactly where the final expert acted and no noise was added; expert_action is what the final
+expert would have sent at every step, whoever acted (sanitised and clipped as the simulator executes it), so that
+behaviour cloning can learn the expert's answer in the states the noise and the checkpoints lead to (DAgger's labels).
+The final expert is deterministic, so recording it leaves the executed trajectories as they were.
 
 Shard k is generated from seed (seed, k) alone, so an interrupted run resumes at the first missing shard and
 produces the same dataset as an uninterrupted one.
@@ -25,6 +28,7 @@ from simdist.data.writer import ShardWriter, resume
 from simdist.experts.policy import Expert
 from simdist.sim import make_env
 from simdist.sim.config import TaskConfig
+from simdist.sim.vec_env import sanitize_actions
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,7 @@ def generate_shard(
         actions[noisy] += (rng.normal(size=(int(noisy.sum()), env.action_dim)) * schedule.std[noisy]).astype(
             np.float32
         )
+        labels = sanitize_actions(expert.final.act(obs), cfg.action_clip)[0]
         step_obs = obs
         obs, reward, terminated, truncated, info = env.step(actions)
         executed = info["action"]  # after sanitising and clipping: what the robot was actually told
@@ -113,6 +118,7 @@ def generate_shard(
             b["reward"].append(reward[i])
             b["value"].append(value[i])
             b["expert_flag"].append(flag[i])
+            b["expert_action"].append(labels[i])
             if "image" in step_obs:
                 b["image"].append(step_obs["image"][i])
         for i in np.flatnonzero(terminated | truncated):
@@ -129,7 +135,7 @@ def generate_shard(
 
 
 def _empty(cfg: TaskConfig) -> dict[str, list]:
-    keys = ["proprio", "command", "action", "reward", "value", "expert_flag"]
+    keys = ["proprio", "command", "action", "reward", "value", "expert_flag", "expert_action"]
     return {k: [] for k in keys + (["image"] if cfg.camera.enabled else [])}
 
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
+
+from simdist.errors import DatasetError
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -19,7 +24,13 @@ STEP_FIELDS: dict[str, np.dtype] = {
     "episode": np.dtype(np.int64),
     "step": np.dtype(np.int32),
 }
-OPTIONAL_FIELDS: dict[str, np.dtype] = {"image": np.dtype(np.uint8)}
+# per-step fields a corpus may carry; a source reads the ones every episode has
+OPTIONAL_FIELDS: dict[str, np.dtype] = {
+    "image": np.dtype(np.uint8),  # (N, 64, 64, 3)
+    "expert_action": np.dtype(
+        np.float32
+    ),  # (N, action dim): the final expert's answer at every step (DAgger's label)
+}
 IMAGE_SHAPE = (64, 64, 3)
 VECTOR_FIELDS = ("proprio", "command", "action")  # (N, dim)
 SCALAR_FIELDS = ("reward", "value", "expert_flag", "episode", "step")  # (N,)
@@ -29,3 +40,14 @@ NORMALISED_FIELDS = ("proprio", "command", "action", "reward", "value")
 
 def shard_name(index: int) -> str:
     return SHARD_PATTERN.format(index=index)
+
+
+def optional_fields(manifest: Mapping[str, Any]) -> tuple[str, ...]:
+    """The optional fields a dataset's manifest says every episode carries (older manifests name only `has_image`)."""
+    names = manifest.get("optional_fields")
+    if names is None:
+        names = ["image"] if manifest.get("has_image") else []
+    unknown = sorted(set(names) - set(OPTIONAL_FIELDS))
+    if unknown:
+        raise DatasetError(f"manifest lists unknown optional fields {unknown}")
+    return tuple(name for name in OPTIONAL_FIELDS if name in names)

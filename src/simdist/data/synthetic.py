@@ -18,8 +18,10 @@ def linear_system_episodes(
     seed: int = 0,
     first_id: int = 0,
     image: bool = False,
+    expert_labels: bool = False,
 ) -> list[tuple[dict[str, np.ndarray], dict[str, float]]]:
-    """Episodes of x' = A x + g B a with a per-episode random gain g, a noisy expert and exact discounted values.
+    """Episodes of x' = A x + g B a with a per-episode random gain g, a noisy expert and exact discounted values
+    (and with `expert_labels` the expert's clean action at every step as `expert_action`).
 
     Returns (episode arrays, params) pairs ready for `ShardWriter.add_episode`.
     """
@@ -35,7 +37,7 @@ def linear_system_episodes(
         command = np.repeat(rng.normal(0, 1, (1, cmd_dim)), n, axis=0).astype(np.float32)
         x = rng.normal(0, 1, obs_dim)
         noise_std = float(rng.uniform(0.0, 0.5))
-        proprio, actions, rewards, flags = [], [], [], []
+        proprio, actions, rewards, flags, labels = [], [], [], [], []
         for t in range(n):
             target = np.zeros(obs_dim)
             target[:cmd_dim] = command[t]
@@ -46,6 +48,7 @@ def linear_system_episodes(
             actions.append(action)
             rewards.append(-float(np.sum((x[:cmd_dim] - command[t]) ** 2)) - 0.01 * float(action @ action))
             flags.append(not noisy)
+            labels.append(expert)
             x = a_matrix @ x + gain * b_matrix @ action
         rewards_arr = np.asarray(rewards, dtype=np.float64)
         values = np.zeros(n)
@@ -63,6 +66,8 @@ def linear_system_episodes(
             "episode": np.full(n, first_id + e, dtype=np.int64),
             "step": np.arange(n, dtype=np.int32),
         }
+        if expert_labels:
+            episode["expert_action"] = np.asarray(labels, dtype=np.float32)
         if image:
             episode["image"] = rng.integers(0, 255, (n, 64, 64, 3), dtype=np.uint8)
         out.append((episode, {"gain": gain, "noise_std": noise_std}))

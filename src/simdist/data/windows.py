@@ -2,7 +2,8 @@
 
 At step t of an episode of length L a window holds observations t-H..t-1 with actions t-H..t-1 (history),
 observation t (current), observations t+1..t+T (future) and actions, commands, rewards t..t+T-1, values and
-expert flags for the same chunk. History before the episode start repeats the first observation with zero actions
+expert flags for the same chunk (and, where the corpus carries them and the sampler is asked for them, the final
+expert's own actions at t..t+T-1: DAgger's labels for behaviour cloning). History before the episode start repeats the first observation with zero actions
 and `hist_mask` False; the future past the episode end repeats the last observation with `future_mask` False.
 Only t <= L-2 are windows, so each has at least one real future step.
 """
@@ -16,6 +17,7 @@ import numpy as np
 import torch
 
 from simdist.data.dataset import WINDOW_FIELDS, EpisodeSource, InMemoryEpisodes
+from simdist.errors import DatasetError
 
 
 @dataclasses.dataclass
@@ -35,6 +37,9 @@ class WindowBatch:
     future_mask: torch.Tensor  # (B, T) True where step t+k+1 exists
     image: torch.Tensor | None = None  # (B, 64, 64, 3) uint8 at t
     future_image: torch.Tensor | None = None  # (B, T, 64, 64, 3) uint8 at t+1..t+T
+    expert_action: torch.Tensor | None = (
+        None  # (B, T, A) the final expert's action at t..t+T-1 (zero past the end)
+    )
 
     def to(self, device: torch.device | str) -> WindowBatch:
         return WindowBatch(
@@ -86,10 +91,17 @@ def split_episodes(source: EpisodeSource, val_fraction: float) -> tuple[np.ndarr
 
 
 class WindowSampler:
-    """Windows of `source` restricted to episode positions `episodes` (all by default)."""
+    """Windows of `source` restricted to episode positions `episodes` (all by default); `expert_labels` adds the
+    corpus's `expert_action` to every batch (a source without it is refused)."""
 
     def __init__(
-        self, source: EpisodeSource, history: int, horizon: int, episodes: np.ndarray | None = None
+        self,
+        source: EpisodeSource,
+        history: int,
+        horizon: int,
+        episodes: np.ndarray | None = None,
+        *,
+        expert_labels: bool = False,
     ) -> None:
         self.source = source
         self.history = history
@@ -98,7 +110,13 @@ class WindowSampler:
         lengths = source.lengths()[self.episodes]
         counts = np.maximum(lengths - 1, 0)  # t = 0..L-2
         self._cum = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        if expert_labels and "expert_action" not in source.optional:
+            raise DatasetError(
+                "the corpus has no expert_action (the expert's label at every step): generate it again with "
+                "`simdist data generate`, or clone the executed actions (train.behaviour_cloning=executed)"
+            )
         self.fields = list(WINDOW_FIELDS) + (["image"] if source.has_image else [])
+        self.fields += ["expert_action"] if expert_labels else []
 
     def __len__(self) -> int:
         return int(self._cum[-1])
@@ -184,6 +202,11 @@ class WindowSampler:
             future_mask=_t(future_mask),
             image=image,
             future_image=future_image,
+            expert_action=(
+                _t(np.where(future_mask[..., None], g["expert_action"][:, chunk], 0.0).astype(np.float32))
+                if "expert_action" in g
+                else None
+            ),
         )
 
 

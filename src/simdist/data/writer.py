@@ -26,6 +26,7 @@ from simdist.data.schema import (
     SCHEMA_VERSION,
     STEP_FIELDS,
     VECTOR_FIELDS,
+    optional_fields,
     shard_name,
 )
 from simdist.data.stats import RunningStats
@@ -99,7 +100,7 @@ class ShardWriter:
         self._buffered_steps = 0
         self._shards: list[dict[str, Any]] = []
         self._dims: dict[str, int] | None = None
-        self._has_image: bool | None = None
+        self._optional: tuple[str, ...] | None = None  # the optional fields every episode carries
         self._param_columns: list[str] | None = None
         self._next_episode_id = 0
         manifest_path = self.out / MANIFEST_NAME
@@ -122,7 +123,7 @@ class ShardWriter:
         resume(self.out)  # raises if a listed shard is missing
         self._shards = list(manifest["shards"])
         self._dims = manifest.get("dims")
-        self._has_image = manifest.get("has_image")
+        self._optional = optional_fields(manifest) if manifest.get("dims") else None
         self._param_columns = manifest.get("param_columns")
         self._next_episode_id = int(manifest.get("next_episode_id", 0))
         listed = {s["file"] for s in self._shards}
@@ -160,10 +161,15 @@ class ShardWriter:
                     continue
                 raise DatasetError(f"episode lacks field '{name}'")
             arrays[name] = np.asarray(episode[name]).astype(dtype, copy=False)
-        if "image" in episode:
-            arrays["image"] = np.asarray(episode["image"]).astype(OPTIONAL_FIELDS["image"], copy=False)
-            if arrays["image"].shape[1:] != IMAGE_SHAPE:
-                raise DatasetError(f"image has shape {arrays['image'].shape[1:]}, expected {IMAGE_SHAPE}")
+        for name, dtype in OPTIONAL_FIELDS.items():
+            if name in episode:
+                arrays[name] = np.asarray(episode[name]).astype(dtype, copy=False)
+        if "image" in arrays and arrays["image"].shape[1:] != IMAGE_SHAPE:
+            raise DatasetError(f"image has shape {arrays['image'].shape[1:]}, expected {IMAGE_SHAPE}")
+        if "expert_action" in arrays and arrays["expert_action"].shape[1:] != arrays["action"].shape[1:]:
+            raise DatasetError(
+                f"expert_action has shape {arrays['expert_action'].shape}, action {arrays['action'].shape}"
+            )
         for name, array in arrays.items():
             if len(array) != n:
                 raise DatasetError(f"field '{name}' has {len(array)} steps, 'proprio' has {n}")
@@ -176,10 +182,15 @@ class ShardWriter:
         if (arrays["episode"] != arrays["episode"][0]).any():
             raise DatasetError("field 'episode' must be constant within an episode")
         dims = {name: int(arrays[name].shape[1]) for name in VECTOR_FIELDS}
+        optional = tuple(name for name in OPTIONAL_FIELDS if name in arrays)
         if self._dims is None:
-            self._dims, self._has_image = dims, "image" in arrays
-        elif dims != self._dims or ("image" in arrays) != self._has_image:
+            self._dims, self._optional = dims, optional
+        elif dims != self._dims:
             raise DatasetError(f"episode dims {dims} differ from earlier episodes {self._dims}")
+        elif optional != self._optional:
+            raise DatasetError(
+                f"episode carries {list(optional)}, earlier episodes {list(self._optional or ())}"
+            )
         self._next_episode_id = max(self._next_episode_id, int(arrays["episode"][0]) + 1)
         return arrays
 
@@ -250,7 +261,8 @@ class ShardWriter:
             "config_hash": self.info["config_hash"],
             "info": {k: v for k, v in self.info.items() if k not in ("task", "preset", "config_hash")},
             "dims": self._dims,
-            "has_image": bool(self._has_image),
+            "has_image": "image" in (self._optional or ()),
+            "optional_fields": list(self._optional or ()),
             "param_columns": self._param_columns or [],
             "shards": self._shards,
             "episodes": sum(s["episodes"] for s in self._shards),

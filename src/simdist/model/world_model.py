@@ -226,6 +226,7 @@ class WorldModel(nn.Module):
         with torch.no_grad():  # the dynamics target is the online encoder with stop-gradient
             target = self.encoder(n.normalize("obs", batch.future_obs), batch.future_image)
         reward, value = self._score(ctx, latents, actions_n, command_n)
+        labels = getattr(batch, "expert_action", None)  # DAgger's labels where the batch carries them
         return {
             "latent": latents,
             "latent_target": target,
@@ -234,7 +235,7 @@ class WorldModel(nn.Module):
             "value": value,
             "value_target": n.normalize("value", batch.value),
             "action": self._propose(ctx, command_n),
-            "action_target": actions_n,
+            "action_target": actions_n if labels is None else n.normalize("action", labels),
         }
 
     # -- construction ------------------------------------------------------------------------------------------

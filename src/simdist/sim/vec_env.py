@@ -24,6 +24,17 @@ Obs = dict[str, np.ndarray]
 Noise = Callable[[str, tuple[int, ...]], np.ndarray]
 
 
+def sanitize_actions(actions: np.ndarray, limit: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(n, A) actions as the simulator executes them: a row with a non-finite value becomes zero (the safe action),
+    values beyond +-limit are clipped. Returns (float32 copy, rows that were non-finite, rows that were clipped)."""
+    actions = np.array(actions, dtype=np.float32, copy=True)
+    bad = ~np.isfinite(actions).all(axis=1)
+    actions[bad] = 0.0
+    clipped = (np.abs(actions) > limit).any(axis=1)
+    np.clip(actions, -limit, limit, out=actions)
+    return actions, bad, clipped
+
+
 class SimVecEnv(gym.vector.VectorEnv):
     """N copies of one task. Observations are dicts: proprio, command, privileged (and image with a camera).
 
@@ -191,15 +202,9 @@ class SimVecEnv(gym.vector.VectorEnv):
     def sanitize(self, actions: np.ndarray) -> np.ndarray:
         """Non-finite rows become zero (the task's safe action); out-of-range values are clipped. Both counted."""
         actions = np.array(actions, dtype=np.float32, copy=True).reshape(self.num_envs, self.action_dim)
-        bad = ~np.isfinite(actions).all(axis=1)
-        if bad.any():
-            self.counters["nonfinite_actions"] += int(bad.sum())
-            actions[bad] = 0.0
-        limit = self.cfg.action_clip
-        clipped = (np.abs(actions) > limit).any(axis=1)
-        if clipped.any():
-            self.counters["clipped_actions"] += int(clipped.sum())
-            np.clip(actions, -limit, limit, out=actions)
+        actions, bad, clipped = sanitize_actions(actions, self.cfg.action_clip)
+        self.counters["nonfinite_actions"] += int(bad.sum())
+        self.counters["clipped_actions"] += int(clipped.sum())
         return actions
 
     def _delayed(self, actions: np.ndarray) -> np.ndarray:

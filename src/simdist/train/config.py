@@ -36,10 +36,17 @@ class TrainConfig:
     eval_windows: int = 2048
     save_every: int = 1000
     memory_mb: int = 2048  # datasets up to this size are sampled from memory, larger ones from the shards
+    # behaviour cloning's target: "executed" (the actions along clean expert chunks: the paper's recipe) or "expert"
+    # (the final expert's action at every step the corpus recorded it for: DAgger's labels)
+    behaviour_cloning: str = "executed"
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1:
             raise ConfigError("train.steps and train.batch_size must be at least 1")
+        if self.behaviour_cloning not in ("executed", "expert"):
+            raise ConfigError(
+                f"train.behaviour_cloning must be 'executed' or 'expert', not {self.behaviour_cloning!r}"
+            )
         if self.lr <= 0 or self.final_lr < 0:
             raise ConfigError("train.lr must be positive and train.final_lr non-negative")
 
@@ -56,6 +63,8 @@ class Setup:
         train = dataclasses.asdict(self.train)
         for key in ("steps", "log_every", "eval_every", "eval_windows", "save_every"):
             train.pop(key)
+        if train["behaviour_cloning"] == "executed":  # the recipe before the option existed: same hash
+            train.pop("behaviour_cloning")
         return config_hash({"train": train, "model": self.model.to_dict()})
 
 

@@ -1,5 +1,9 @@
 """Pretraining losses: latent dynamics, reward and value MSE, and behaviour cloning on expert chunks.
 
+Behaviour cloning targets the executed actions along chunks the final expert acted in without noise; with the
+corpus's `expert_action` in the batch (DAgger's labels) it targets those instead, at every chunk step the expert's own
+clean actions reached from t (step 0 always: whoever acted, the label is what the expert would have done there).
+
 Each term is a masked mean over the GLOBAL batch: local sums are divided by the mask count summed over every
 process, so DistributedDataParallel's gradient averaging reproduces one process on the same global batch.
 """
@@ -18,10 +22,13 @@ def _world() -> int:
 
 
 def loss_masks(batch: WindowBatch) -> dict[str, torch.Tensor]:
-    """(B, T) float masks per term; behaviour cloning stops at the first non-expert step of the chunk."""
+    """(B, T) float masks per term. Behaviour cloning stops at the first non-expert step of the chunk; with
+    labels it runs one step further (step k counts while steps 0..k-1 were the expert's clean actions)."""
     future = batch.future_mask.float()
-    expert = torch.cumprod(batch.expert_flag.float(), dim=1) * future
-    return {"dynamics": future, "reward": future, "value": future, "action": expert}
+    reached = torch.cumprod(batch.expert_flag.float(), dim=1)
+    if getattr(batch, "expert_action", None) is not None:
+        reached = torch.cat([torch.ones_like(reached[:, :1]), reached[:, :-1]], dim=1)
+    return {"dynamics": future, "reward": future, "value": future, "action": reached * future}
 
 
 def compute_losses(

@@ -83,8 +83,11 @@ def _train(args, setup, dataset, out, device, rank, world) -> int:  # type: igno
     source = dataset.load(max_bytes=cfg.memory_mb << 20)
     train_eps, val_eps = split_episodes(source, cfg.val_fraction)
     history, horizon = setup.model.history, setup.model.horizon
-    sampler = WindowSampler(source, history, horizon, train_eps)
-    val_sampler = WindowSampler(source, history, horizon, val_eps) if len(val_eps) else None
+    labels = cfg.behaviour_cloning == "expert"
+    sampler = WindowSampler(source, history, horizon, train_eps, expert_labels=labels)
+    val_sampler = (
+        WindowSampler(source, history, horizon, val_eps, expert_labels=labels) if len(val_eps) else None
+    )
     if setup.model.image is not None and not dataset.has_image:
         raise ConfigError("model.image is set but the dataset has no images")
     torch.manual_seed(cfg.seed)
