@@ -134,6 +134,19 @@ def test_cli_pretrain_eval_and_errors(tmp_path, capsys):
     if not torch.cuda.is_available():
         assert main([*args[:-1], str(tmp_path / "m3"), "--device", "cuda"]) == 2
         assert "CUDA is not available" in capsys.readouterr().err
+    # behaviour cloning on the expert's labels: refused in one line on a corpus without them, trains on one with them
+    expert = ["--set", "train.behaviour_cloning=expert", "--set", "train.steps=2", "--no-progress"]
+    assert main([*args[:-1], str(tmp_path / "m4"), *expert]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no expert_action" in err[0]
+    assert not (tmp_path / "m4" / "weights.safetensors").exists()
+    assert main([*args[:-1], str(tmp_path / "m5"), "--set", "train.behaviour_cloning=dagger"]) == 2
+    assert "must be 'executed' or 'expert'" in capsys.readouterr().err
+    labelled = write_linear_dataset(
+        tmp_path / "labelled", 12, length=(10, 30), steps_per_shard=100, expert_labels=True
+    )
+    assert main([*args[:5], str(labelled), *args[6:-1], str(tmp_path / "m6"), *expert]) == 0
+    assert "pretrained 2 steps" in capsys.readouterr().out
     (data / "shard_00000.h5").write_bytes(b"junk")
     assert main(["train", "eval", "--model", str(out), "--data", str(data)]) == 2
     assert "shard_00000.h5" in capsys.readouterr().err
