@@ -24,13 +24,9 @@ STEP_FIELDS: dict[str, np.dtype] = {
     "episode": np.dtype(np.int64),
     "step": np.dtype(np.int32),
 }
-# per-step fields a corpus may carry; a source reads the ones every episode has
-OPTIONAL_FIELDS: dict[str, np.dtype] = {
-    "image": np.dtype(np.uint8),  # (N, 64, 64, 3)
-    "expert_action": np.dtype(
-        np.float32
-    ),  # (N, action dim): the final expert's answer at every step (DAgger's label)
-}
+# per-step fields a corpus may carry; a source reads the ones every episode has. image: (N, 64, 64, 3);
+# expert_action: (N, action dim), the final expert's answer at every step (DAgger's label)
+OPTIONAL_FIELDS: dict[str, np.dtype] = {"image": np.dtype(np.uint8), "expert_action": np.dtype(np.float32)}
 IMAGE_SHAPE = (64, 64, 3)
 VECTOR_FIELDS = ("proprio", "command", "action")  # (N, dim)
 SCALAR_FIELDS = ("reward", "value", "expert_flag", "episode", "step")  # (N,)

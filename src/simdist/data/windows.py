@@ -3,9 +3,9 @@
 At step t of an episode of length L a window holds observations t-H..t-1 with actions t-H..t-1 (history),
 observation t (current), observations t+1..t+T (future) and actions, commands, rewards t..t+T-1, values and
 expert flags for the same chunk (and, where the corpus carries them and the sampler is asked for them, the final
-expert's own actions at t..t+T-1: DAgger's labels for behaviour cloning). History before the episode start repeats the first observation with zero actions
-and `hist_mask` False; the future past the episode end repeats the last observation with `future_mask` False.
-Only t <= L-2 are windows, so each has at least one real future step.
+expert's own actions at t..t+T-1: DAgger's labels for behaviour cloning). History before the episode start repeats
+the first observation with zero actions and `hist_mask` False; the future past the episode end repeats the last
+observation with `future_mask` False. Only t <= L-2 are windows, so each has at least one real future step.
 """
 
 from __future__ import annotations
@@ -37,9 +37,8 @@ class WindowBatch:
     future_mask: torch.Tensor  # (B, T) True where step t+k+1 exists
     image: torch.Tensor | None = None  # (B, 64, 64, 3) uint8 at t
     future_image: torch.Tensor | None = None  # (B, T, 64, 64, 3) uint8 at t+1..t+T
-    expert_action: torch.Tensor | None = (
-        None  # (B, T, A) the final expert's action at t..t+T-1 (zero past the end)
-    )
+    # (B, T, A) the final expert's action at t..t+T-1, zero past the end (DAgger's labels, when asked for)
+    expert_action: torch.Tensor | None = None
 
     def to(self, device: torch.device | str) -> WindowBatch:
         return WindowBatch(
