@@ -35,8 +35,8 @@ clean:
 
 # The shipped models: expert, corpus and world model per task with the default presets (hours on 2 cores),
 # then only the checkpoint files are copied under models/<task>/. The peg pretrains 2.5x longer (15 000 steps,
-# about 55 minutes here): its policy head gained +0.12 success on `sim`, 4.0 SE over 200 paired episodes
-# (docs/results.md, "Shipping the peg's 15 000-step model").
+# about 55 minutes here): its policy head gained +0.12 success on `sim`, 4.0 SE over 200 paired episodes, one
+# pretraining run each (docs/results.md, "Shipping the peg's 15 000-step model", and the run-to-run spread after it).
 TASKS ?= go2_slope go2_foam ur5e_peg
 models: setup
 	for task in $(TASKS); do \
