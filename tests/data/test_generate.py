@@ -73,9 +73,8 @@ def test_mixture_and_expert_flag():
         else:
             assert not flag.any()  # never set while a checkpoint acts
         np.testing.assert_allclose(arrays["value"], 1.5)
-        np.testing.assert_array_equal(
-            arrays["expert_action"], 0.0
-        )  # the final expert's answer, whoever acted
+        # the final expert's answer, whoever acted
+        np.testing.assert_array_equal(arrays["expert_action"], 0.0)
 
 
 def test_expert_labels_are_clipped_like_the_executed_actions():
