@@ -501,6 +501,70 @@ def test_what_the_robot_measured_through_a_frozen_head_trains_the_dynamics_alone
     assert list_versions(go2_model) == ([0, 1] if report.published else [0])
 
 
+def test_the_reward_head_beside_the_dynamics_learns_the_measured_rewards_in_a_model_of_its_own(
+    go2_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`trainable="dynamics_reward"`: the reward head learns the rewards the robot measured, the dynamics train on
+    the latent loss alone (the reward loss reaches them not at all), encoder, value and policy stay bit-identical,
+    and the result is a model of its own that the runtime counts as adapted."""
+    from simdist.errors import ConfigError
+    from simdist.runtime import finetune as finetune_module
+    from simdist.runtime.finetune_losses import training_loss
+    from simdist.runtime.store import ModelStore
+
+    with pytest.raises(ConfigError, match="reward head itself"):
+        FinetuneOptions(trainable="dynamics_reward", dynamics_reward_weight=0.1)
+    bags = _bags(go2_model, tmp_path / "bags", seconds=2.0)
+    episodes = real_episodes(bags)
+    start = load_checkpoint(go2_model).eval()
+    shift = float(start.normalizer.stats()["reward"]["std"][0])
+    # a robot whose rewards the pretrained head does not know: one standard deviation lower
+    for e in episodes:
+        e["reward"] = e["reward"] - np.float32(shift)
+    batch = WindowSampler(InMemoryEpisodes(episodes), start.history, start.horizon).windows(np.arange(64))
+
+    def dynamics_grads(weight: float) -> list[torch.Tensor]:
+        model = load_checkpoint(go2_model)
+        training_loss(model, batch, torch.Generator().manual_seed(0), reward_head_weight=weight).backward()
+        grads = [p.grad.clone() for p in model.dynamics.parameters()]
+        reward_grads = [p.grad for p in model.reward.parameters() if p.grad is not None]
+        assert any(float(g.abs().sum()) > 0 for g in reward_grads) == (weight > 0)
+        return grads
+
+    # the reward head's loss moves the reward head and nothing of the dynamics
+    assert all(torch.equal(a, b) for a, b in zip(dynamics_grads(0.0), dynamics_grads(10.0), strict=True))
+
+    def reward_shift(model_dir: Path) -> float:
+        model = load_checkpoint(model_dir).eval()
+        with torch.no_grad():
+            predicted = model.normalizer.denormalize("reward", model(batch)["reward"])
+        return float((predicted - batch.reward)[batch.future_mask.bool()].mean())
+
+    monkeypatch.setattr(finetune_module, "real_episodes", lambda _: episodes)
+    options = dataclasses.replace(QUICK, trainable="dynamics_reward", max_steps=200)
+    with pytest.raises(ConfigError, match="model of its own"):
+        finetune(go2_model, bags, options)
+    source = {p: _hash(p) for p in go2_model.rglob("*") if p.is_file()}
+    report = finetune(go2_model, bags, options, out=tmp_path / "rh")
+    assert report.gate_measure == "held-out latent + 1 x reward error", report.reason
+    assert report.published and Path(report.model) == tmp_path / "rh", report.reason
+    assert {p: _hash(p) for p in go2_model.rglob("*") if p.is_file()} == source  # the source untouched
+    before, after = start.state_dict(), load_checkpoint(tmp_path / "rh").state_dict()
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert any(k.startswith("reward.") for k in changed) and any(k.startswith("dynamics.") for k in changed)
+    assert all(k.startswith(("reward.", "dynamics.")) for k in changed), sorted(changed)
+    assert abs(reward_shift(go2_model)) > 0.8 * shift  # the pretrained head reads the old rewards
+    assert abs(reward_shift(tmp_path / "rh")) < 0.5 * abs(reward_shift(go2_model))
+    store = ModelStore(tmp_path / "rh")
+    # its v0000 learnt from real data: the planner's grant applies
+    assert store.version == 0 and store.adapted
+    unmeasured = [{**e, "reward": np.full_like(e["reward"], np.nan)} for e in episodes]
+    monkeypatch.setattr(finetune_module, "real_episodes", lambda _: unmeasured)
+    with pytest.raises(BagError, match="no reward measured.*reward head"):
+        finetune(go2_model, bags, options, out=tmp_path / "none")
+    assert not (tmp_path / "none").exists()
+
+
 def test_finetune_command_publishes_into_a_working_copy_unless_in_place(
     go2_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -15,6 +15,8 @@ Bags are read (and refused) before anything is written. Nothing here imports the
 reasonable: every parameter trains on the real windows, latent targets come from an EMA of the encoder, and the
 starting model's reward, value and policy outputs anchor the heads; it writes a model of its own (never the
 weights that the source's dynamics versions share), so only a freshly loaded model sees it (no hot swap).
+`trainable="dynamics_reward"` (outside the paper's recipe) trains the dynamics on the paper's loss and the reward
+head on the rewards the robot measured, from the predicted latents; a model of its own too.
 """
 
 from __future__ import annotations
@@ -110,8 +112,10 @@ def _concat(a: WindowBatch, b: WindowBatch) -> WindowBatch:
     return WindowBatch(**fields)
 
 
-def _frozen_state(model: WorldModel, trained_prefix: str) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in model.state_dict().items() if not k.startswith(trained_prefix)}
+def _frozen_state(model: WorldModel, trained_prefixes: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    return {
+        k: v.detach().clone() for k, v in model.state_dict().items() if not k.startswith(trained_prefixes)
+    }
 
 
 # -- finetuning ----------------------------------------------------------------------------------------------------
@@ -137,9 +141,9 @@ def finetune(
 ) -> FinetuneReport:
     """Finetune the current dynamics of `model_dir` on `bags`; publish the result if it passes the gate.
 
-    Full finetuning (`trainable="all"`) changes weights that every dynamics version of `model_dir` shares, so it
-    never publishes there: it writes a model of its own to `out` (required, must not exist), and the report's
-    `model` names it.
+    Full finetuning (`trainable="all"`) and the reward head beside the dynamics (`"dynamics_reward"`) change
+    weights that every dynamics version of `model_dir` shares, so they never publish there: they write a model of
+    their own to `out` (required, must not exist), and the report's `model` names it.
 
     Raises:
         BagError: a bag is missing, unreadable, truncated or empty, lacks a topic, or does not fit the model.
@@ -151,9 +155,9 @@ def finetune(
     if not bags:
         raise BagError("no bags given")
     folder = Path(model_dir)
-    if options.trainable == "all" and (out is None or Path(out).exists()):
+    if options.own_model and (out is None or Path(out).exists()):
         raise ConfigError(
-            "full finetuning writes a model of its own: give a new folder as out"
+            f"trainable '{options.trainable}' writes a model of its own: give a new folder as out"
             + ("" if out is None else f" ({out} exists)")
         )
     episodes = real_episodes(bags)  # every refusal happens here, before anything is written
@@ -166,7 +170,9 @@ def finetune(
     dynamics_only = options.trainable != "all"
     reward_weight = options.dynamics_reward_weight if dynamics_only else 0.0
     value_weight = options.dynamics_value_weight if dynamics_only else 0.0
-    if options.trainable == "all" or reward_weight > 0 or value_weight > 0:
+    # the reward head trained beside the dynamics: its error on the measured rewards joins selection and the gate
+    head_weight = options.reward_weight if options.trainable == "dynamics_reward" else 0.0
+    if options.trainable == "all" or reward_weight > 0 or value_weight > 0 or head_weight > 0:
         measured = float(np.isfinite(np.concatenate([e["reward"] for e in episodes])).mean())
         if options.trainable == "all":
             say(
@@ -175,12 +181,14 @@ def finetune(
             )
         elif measured == 0:
             raise BagError(
-                f"{Path(bags[0])}: no reward measured (/simdist/reward), which a dynamics reward or value "
-                "weight needs"
+                f"{Path(bags[0])}: no reward measured (/simdist/reward), which "
+                + ("training the reward head" if head_weight else "a dynamics reward or value weight")
+                + " needs"
             )
         else:
             say(
-                f"the robot's reward is in the bags for {measured:.1%} of the steps (read by the frozen heads)"
+                f"the robot's reward is in the bags for {measured:.1%} of the steps "
+                + ("(the reward head trains on those)" if head_weight else "(read by the frozen heads)")
             )
     if value_weight > 0:  # the return each step's state earned: what the frozen value head should read
         for e in episodes:
@@ -196,16 +204,18 @@ def finetune(
 
     if options.trainable == "new_members":  # an ensemble's new members learn from scratch, not from member 0
         model.dynamics.fresh_members(options.seed)
-    trainable = {"all": model, "dynamics": model.dynamics, "new_members": model.dynamics.extra}
+    trainable = {
+        "all": (model, ()),
+        "dynamics": (model.dynamics, ("dynamics.",)),
+        "dynamics_reward": (torch.nn.ModuleList([model.dynamics, model.reward]), ("dynamics.", "reward.")),
+        "new_members": (model.dynamics.extra, ("dynamics.extra.",)),
+    }
     if options.trainable not in trainable:
         raise ConfigError(f"trainable must be one of {', '.join(trainable)}, got '{options.trainable}'")
     full = options.trainable == "all"
-    trained: torch.nn.Module = trainable[options.trainable]
-    frozen = (
-        {}
-        if full
-        else _frozen_state(model, "dynamics.extra." if trained is model.dynamics.extra else "dynamics.")
-    )
+    own = options.own_model
+    trained: torch.nn.Module = trainable[options.trainable][0]
+    frozen = {} if full else _frozen_state(model, trainable[options.trainable][1])
     if not list(trained.parameters()):
         raise ConfigError("trainable 'new_members' needs a model with more than one dynamics member")
     for p in model.parameters():
@@ -216,7 +226,7 @@ def finetune(
     optimizer = torch.optim.Adam(params, lr=options.lr)
 
     limit = options.eval_windows
-    weights = {"reward": reward_weight, "value": value_weight}
+    weights = {"reward": reward_weight + head_weight, "value": value_weight}
     before, before_objective = _heldout(model, heldout, limit, weights)
     say(
         f"held-out latent error of {version_label(base_version)}: {before.mean():.5f} ({len(heldout)} windows)"
@@ -255,7 +265,7 @@ def finetune(
         if full_loss is not None:
             loss = full_loss(model, batch)
         else:
-            loss = training_loss(model, batch, bootstrap, reward_weight, value_weight)
+            loss = training_loss(model, batch, bootstrap, reward_weight, value_weight, head_weight)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, options.grad_clip)
@@ -303,17 +313,21 @@ def finetune(
                 "after": float(after.mean()),
             }
         )
-        if full:
+        if own:
             assert out is not None
             description = read_description(folder)
+            source = f"{model_dir} {version_label(base_version)}"
             folder = save_checkpoint(
                 model,
                 out,
                 task=description["task"],
                 data_hash=description["data_hash"],
+                # a model of its own whose v0000 already learnt from real data (what the runtime's `adapted` reads)
                 extra={
                     **description.get("extra", {}),
-                    "full_finetune_of": f"{model_dir} {version_label(base_version)}",
+                    "finetune_of": source,
+                    "finetune_trainable": options.trainable,
+                    **({"full_finetune_of": source} if full else {}),
                 },
             )
             version = 0
@@ -352,8 +366,9 @@ def finetune(
         gate_before=before_objective,
         gate_after=after_objective,
     )
-    # a refused full finetune leaves `model_dir` as it was: its report goes to `out`, like the model would have
-    write_report(report, (Path(out) if full and out is not None else folder) / REPORTS_DIR)
+    # a refused finetune of a model of its own leaves `model_dir` as it was: its report goes to `out`, like the
+    # model would have
+    write_report(report, (Path(out) if own and out is not None else folder) / REPORTS_DIR)
     say(reason)
     return report
 
@@ -484,26 +499,27 @@ def working_copy(model: Path, out: Path | None) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     options = options_from_args(args, CLI_OPTIONS)
-    full = options.trainable == "all"
-    if full and (args.in_place or args.out is None):
+    own = options.own_model
+    if own and (args.in_place or args.out is None):
         raise ConfigError(
-            "--trainable all changes weights every dynamics version of --model shares: give --out NEW_FOLDER "
-            "(a model of its own), never --in-place"
+            f"--trainable {options.trainable} changes weights every dynamics version of --model shares: give --out "
+            "NEW_FOLDER (a model of its own), never --in-place"
         )
     real_episodes(args.bags)  # a bad bag is refused before a working copy is made
-    if full:
+    if own:
         folder = args.model  # read only: finetune writes the new model to --out
     else:
         folder = args.model if args.in_place else working_copy(args.model, args.out)
         if folder != args.model:
             print(f"finetuning a working copy: {folder} (of {args.model}; --in-place updates that folder)")
     report = finetune(
-        folder, args.bags, options, out=args.out if full else None, log=lambda m: print(m, flush=True)
+        folder, args.bags, options, out=args.out if own else None, log=lambda m: print(m, flush=True)
     )
     if report.version is None:
         outcome = "nothing published"
-    elif full:
-        outcome = f"wrote the fully finetuned model {report.model}"
+    elif own:
+        kind = "fully finetuned" if options.trainable == "all" else "finetuned (dynamics and reward head)"
+        outcome = f"wrote the {kind} model {report.model}"
     else:
         outcome = f"published {version_label(report.version)}"
     print(

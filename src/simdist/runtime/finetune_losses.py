@@ -50,10 +50,13 @@ def training_loss(
     generator: torch.Generator,
     reward_weight: float = 0.0,
     value_weight: float = 0.0,
+    reward_head_weight: float = 0.0,
 ) -> torch.Tensor:
     """The latent-consistency loss every dynamics member trains on, plus, with a weight above 0, the reward the
     robot measured and the return it earned (`batch.value`, `real_data.measured_returns`), read by the frozen
-    reward and value heads from each member's predicted latents (`measured_errors`).
+    reward and value heads from each member's predicted latents (`measured_errors`). `reward_head_weight` > 0 adds
+    the reward head's error on the measured rewards with the predicted latents detached: it trains the reward head
+    (where it is trainable), never the dynamics.
 
     One member: the masked mean squared error. An ensemble: each member's own error, each window weighted by a
     Poisson(1) draw per member (the online bootstrap), so the members see different resamples of the data and
@@ -77,6 +80,9 @@ def training_loss(
         if weight > 0:
             errors, measured = measured_errors(model, batch, ctx.latent, members, name)
             loss = loss + weight * mean(errors, weights * measured)
+    if reward_head_weight > 0:
+        errors, measured = measured_errors(model, batch, ctx.latent.detach(), members.detach(), "reward")
+        loss = loss + reward_head_weight * mean(errors, weights * measured)
     return loss
 
 
@@ -87,7 +93,7 @@ def measured_errors(
     `members` (K, B, T, D) from z_t `latent` (B, D), against what the robot measured (normalised units): the
     rewards t..t+T-1 (`batch.reward`), or the returns from t+1..t+T (`batch.value`, where real data carries them);
     and where it was measured (B, T; 0 where the bag has none or the episode had ended). Gradients reach the
-    latents only."""
+    latents and the head, whichever requires them (the head is frozen unless it is what trains)."""
     n = model.normalizer
     k = members.shape[0]
     command_n = n.normalize("command", batch.command).repeat(k, 1, 1)

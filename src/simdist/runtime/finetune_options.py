@@ -66,13 +66,17 @@ class FinetuneOptions:
         "members: each round afresh on all the data so far; the gate still compares with the version in force) or "
         "task (the task's measured choice, config/tasks/<task>.yaml finetune_start_from)",
     )
-    # "dynamics" (SimDist: every dynamics member), "all" (the full-finetuning baseline), or "new_members" (an
-    # ensemble's members 1..K-1 only, re-initialised when training starts, member 0 kept: how `simdist
-    # ensemble` trains its new members)
+    # "dynamics" (SimDist: every dynamics member), "dynamics_reward" (outside the paper's recipe: the dynamics on
+    # the paper's latent loss, and the reward head on the rewards the robot measured, read from the predicted latents
+    # with those detached, at `reward_weight`; encoder, value and policy stay bit-identical), "all" (the
+    # full-finetuning baseline), or "new_members" (an ensemble's members 1..K-1 only, re-initialised when training
+    # starts, member 0 kept: how `simdist ensemble` trains its new members)
     trainable: str = _option(
         "dynamics",
-        "what trains: dynamics (SimDist: every dynamics member), all (the full-finetuning baseline; it writes a "
-        "model of its own to --out), new_members (an ensemble's members 1..K-1, from a fresh start)",
+        "what trains: dynamics (SimDist: every dynamics member), dynamics_reward (the dynamics on the latent loss "
+        "and the reward head on the rewards the robot measured; a model of its own to --out), all (the "
+        "full-finetuning baseline; a model of its own to --out), new_members (an ensemble's members 1..K-1, from "
+        "a fresh start)",
     )
     # Dynamics-only finetuning: the rewards the robot measured (`/simdist/reward`) as a second target, read by the
     # frozen reward head from the predicted latents, so only the dynamics learns from them; early stopping and the
@@ -94,9 +98,16 @@ class FinetuneOptions:
     # latent targets from an exponential moving average of the encoder (not the encoder being trained), the rewards
     # the robot measured (bags of a robot that reports them: `/simdist/reward`), and the starting model's value and
     # policy outputs (and its reward where none was measured) on the same real windows as anchors.
+    # `reward_weight` also weighs the reward head's loss with trainable="dynamics_reward".
     target_ema: float = 0.99
     anchor_weight: float = 1.0
     reward_weight: float = 1.0
+
+    @property
+    def own_model(self) -> bool:
+        """Whether this finetune writes a model of its own: it trains weights every dynamics version of the source
+        shares (full finetuning, or the reward head beside the dynamics), so it never publishes there."""
+        return self.trainable in ("all", "dynamics_reward")
 
     def __post_init__(self) -> None:  # checked where the options are made, before a robot collects any data
         if self.max_steps is not None and self.max_steps < 1:
@@ -104,6 +115,13 @@ class FinetuneOptions:
         if self.start_from not in ("task", *START_FROM):
             raise ConfigError(
                 f"start_from must be one of task, {', '.join(START_FROM)}; got '{self.start_from}'"
+            )
+        if self.trainable == "dynamics_reward" and (
+            self.dynamics_reward_weight or self.dynamics_value_weight
+        ):
+            raise ConfigError(
+                "trainable 'dynamics_reward' trains the reward head itself: dynamics reward and value weights "
+                "(read by frozen heads) are for trainable 'dynamics' only"
             )
         if self.start_from == "pretrained" and self.trainable != "dynamics":
             raise ConfigError(

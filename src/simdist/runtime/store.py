@@ -58,8 +58,10 @@ class ModelStore:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.swaps = 0
-        # a full finetune's model of its own: its v0000 was already trained on real data
-        self._full_finetune = "full_finetune_of" in (read_description(self.folder).get("extra") or {})
+        # a finetune's model of its own (full, or the reward head beside the dynamics): its v0000 already learnt
+        # from real data
+        extra = read_description(self.folder).get("extra") or {}
+        self._own_finetune = "finetune_of" in extra or "full_finetune_of" in extra
         self.pretrained = pretrained_version(self.folder)  # v0000, or an ensemble's members-trained version
 
     @property
@@ -69,8 +71,8 @@ class ModelStore:
     @property
     def adapted(self) -> bool:
         """Whether the dynamics in force were trained on real data: a version the gate published after the
-        pretrained one, or any version of a full finetune's own model. What grants the planner its `adapted` search."""
-        return self.version > self.pretrained or self._full_finetune
+        pretrained one, or any version of a finetune's own model. What grants the planner its `adapted` search."""
+        return self.version > self.pretrained or self._own_finetune
 
     # -- background: notice, load, validate ------------------------------------------------------------------
     def start(self) -> ModelStore:
