@@ -501,19 +501,23 @@ def test_what_the_robot_measured_through_a_frozen_head_trains_the_dynamics_alone
     assert list_versions(go2_model) == ([0, 1] if report.published else [0])
 
 
-def test_the_reward_head_beside_the_dynamics_learns_the_measured_rewards_in_a_model_of_its_own(
-    go2_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("trainable", ["dynamics_reward", "dynamics_critic"])
+def test_heads_beside_the_dynamics_learn_what_the_robot_measured_in_a_model_of_their_own(
+    go2_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trainable: str
 ) -> None:
-    """`trainable="dynamics_reward"`: the reward head learns the rewards the robot measured, the dynamics train on
-    the latent loss alone (the reward loss reaches them not at all), encoder, value and policy stay bit-identical,
-    and the result is a model of its own that the runtime counts as adapted."""
+    """`trainable="dynamics_reward"` (`"dynamics_critic"`): the reward head learns the rewards the robot measured
+    (the value head the returns it earned), the dynamics train on the latent loss alone (the heads' losses reach
+    them not at all), every other weight stays bit-identical, and the result is a model of its own that the runtime
+    counts as adapted."""
     from simdist.errors import ConfigError
     from simdist.runtime import finetune as finetune_module
     from simdist.runtime.finetune_losses import training_loss
+    from simdist.runtime.real_data import measured_returns
     from simdist.runtime.store import ModelStore
 
-    with pytest.raises(ConfigError, match="reward head itself"):
-        FinetuneOptions(trainable="dynamics_reward", dynamics_reward_weight=0.1)
+    heads = ("reward",) if trainable == "dynamics_reward" else ("reward", "value")
+    with pytest.raises(ConfigError, match="heads themselves"):
+        FinetuneOptions(trainable=trainable, dynamics_reward_weight=0.1)
     bags = _bags(go2_model, tmp_path / "bags", seconds=2.0)
     episodes = real_episodes(bags)
     start = load_checkpoint(go2_model).eval()
@@ -521,46 +525,57 @@ def test_the_reward_head_beside_the_dynamics_learns_the_measured_rewards_in_a_mo
     # a robot whose rewards the pretrained head does not know: one standard deviation lower
     for e in episodes:
         e["reward"] = e["reward"] - np.float32(shift)
+        e["value"] = measured_returns(e, 0.99)
     batch = WindowSampler(InMemoryEpisodes(episodes), start.history, start.horizon).windows(np.arange(64))
 
     def dynamics_grads(weight: float) -> list[torch.Tensor]:
         model = load_checkpoint(go2_model)
-        training_loss(model, batch, torch.Generator().manual_seed(0), reward_head_weight=weight).backward()
-        grads = [p.grad.clone() for p in model.dynamics.parameters()]
-        reward_grads = [p.grad for p in model.reward.parameters() if p.grad is not None]
-        assert any(float(g.abs().sum()) > 0 for g in reward_grads) == (weight > 0)
-        return grads
+        loss = training_loss(
+            model, batch, torch.Generator().manual_seed(0), head_weights=dict.fromkeys(heads, weight)
+        )
+        loss.backward()
+        for head in heads:
+            grads = [p.grad for p in getattr(model, head).parameters() if p.grad is not None]
+            assert any(float(g.abs().sum()) > 0 for g in grads) == (weight > 0), head
+        return [p.grad.clone() for p in model.dynamics.parameters()]
 
-    # the reward head's loss moves the reward head and nothing of the dynamics
+    # the heads' losses move the heads and nothing of the dynamics
     assert all(torch.equal(a, b) for a, b in zip(dynamics_grads(0.0), dynamics_grads(10.0), strict=True))
 
-    def reward_shift(model_dir: Path) -> float:
+    def head_errors(model_dir: Path) -> dict[str, float]:
+        """Mean squared error of each trained head against what the robot measured."""
         model = load_checkpoint(model_dir).eval()
         with torch.no_grad():
-            predicted = model.normalizer.denormalize("reward", model(batch)["reward"])
-        return float((predicted - batch.reward)[batch.future_mask.bool()].mean())
+            out = model(batch)
+        mask = batch.future_mask.bool()
+        return {
+            h: float((model.normalizer.denormalize(h, out[h]) - getattr(batch, h))[mask].pow(2).mean())
+            for h in heads
+        }
 
     monkeypatch.setattr(finetune_module, "real_episodes", lambda _: episodes)
-    options = dataclasses.replace(QUICK, trainable="dynamics_reward", max_steps=200)
+    options = dataclasses.replace(QUICK, trainable=trainable, max_steps=200)
     with pytest.raises(ConfigError, match="model of its own"):
         finetune(go2_model, bags, options)
     source = {p: _hash(p) for p in go2_model.rglob("*") if p.is_file()}
-    report = finetune(go2_model, bags, options, out=tmp_path / "rh")
-    assert report.gate_measure == "held-out latent + 1 x reward error", report.reason
-    assert report.published and Path(report.model) == tmp_path / "rh", report.reason
+    report = finetune(go2_model, bags, options, out=tmp_path / "heads")
+    expected = "held-out latent" + "".join(f" + 1 x {h}" for h in heads) + " error"
+    assert report.gate_measure == expected, report.reason
+    assert report.published and Path(report.model) == tmp_path / "heads", report.reason
     assert {p: _hash(p) for p in go2_model.rglob("*") if p.is_file()} == source  # the source untouched
-    before, after = start.state_dict(), load_checkpoint(tmp_path / "rh").state_dict()
+    before, after = start.state_dict(), load_checkpoint(tmp_path / "heads").state_dict()
     changed = {k for k in before if not torch.equal(before[k], after[k])}
-    assert any(k.startswith("reward.") for k in changed) and any(k.startswith("dynamics.") for k in changed)
-    assert all(k.startswith(("reward.", "dynamics.")) for k in changed), sorted(changed)
-    assert abs(reward_shift(go2_model)) > 0.8 * shift  # the pretrained head reads the old rewards
-    assert abs(reward_shift(tmp_path / "rh")) < 0.5 * abs(reward_shift(go2_model))
-    store = ModelStore(tmp_path / "rh")
+    trained = tuple(f"{name}." for name in ("dynamics", *heads))
+    assert all(any(k.startswith(prefix) for k in changed) for prefix in trained), sorted(changed)
+    assert all(k.startswith(trained) for k in changed), sorted(changed)
+    errors = {"start": head_errors(go2_model), "after": head_errors(tmp_path / "heads")}
+    assert all(errors["after"][h] < 0.5 * errors["start"][h] for h in heads), errors
+    store = ModelStore(tmp_path / "heads")
     # its v0000 learnt from real data: the planner's grant applies
     assert store.version == 0 and store.adapted
     unmeasured = [{**e, "reward": np.full_like(e["reward"], np.nan)} for e in episodes]
     monkeypatch.setattr(finetune_module, "real_episodes", lambda _: unmeasured)
-    with pytest.raises(BagError, match="no reward measured.*reward head"):
+    with pytest.raises(BagError, match="no reward measured.*heads"):
         finetune(go2_model, bags, options, out=tmp_path / "none")
     assert not (tmp_path / "none").exists()
 

@@ -16,7 +16,8 @@ reasonable: every parameter trains on the real windows, latent targets come from
 starting model's reward, value and policy outputs anchor the heads; it writes a model of its own (never the
 weights that the source's dynamics versions share), so only a freshly loaded model sees it (no hot swap).
 `trainable="dynamics_reward"` (outside the paper's recipe) trains the dynamics on the paper's loss and the reward
-head on the rewards the robot measured, from the predicted latents; a model of its own too.
+head on the rewards the robot measured, from the predicted latents (`"dynamics_critic"`: the value head too, on
+the returns it earned); a model of its own too.
 """
 
 from __future__ import annotations
@@ -170,9 +171,9 @@ def finetune(
     dynamics_only = options.trainable != "all"
     reward_weight = options.dynamics_reward_weight if dynamics_only else 0.0
     value_weight = options.dynamics_value_weight if dynamics_only else 0.0
-    # the reward head trained beside the dynamics: its error on the measured rewards joins selection and the gate
-    head_weight = options.reward_weight if options.trainable == "dynamics_reward" else 0.0
-    if options.trainable == "all" or reward_weight > 0 or value_weight > 0 or head_weight > 0:
+    # heads trained beside the dynamics: their errors on what the robot measured join selection and the gate
+    head_weights = {name: options.reward_weight for name in options.trained_heads}
+    if options.trainable == "all" or reward_weight > 0 or value_weight > 0 or head_weights:
         measured = float(np.isfinite(np.concatenate([e["reward"] for e in episodes])).mean())
         if options.trainable == "all":
             say(
@@ -182,15 +183,21 @@ def finetune(
         elif measured == 0:
             raise BagError(
                 f"{Path(bags[0])}: no reward measured (/simdist/reward), which "
-                + ("training the reward head" if head_weight else "a dynamics reward or value weight")
+                + ("training the heads" if head_weights else "a dynamics reward or value weight")
                 + " needs"
             )
         else:
             say(
                 f"the robot's reward is in the bags for {measured:.1%} of the steps "
-                + ("(the reward head trains on those)" if head_weight else "(read by the frozen heads)")
+                + (
+                    f"(the {' and '.join(head_weights)} heads train on those)"
+                    if head_weights
+                    else "(read by the frozen heads)"
+                )
             )
-    if value_weight > 0:  # the return each step's state earned: what the frozen value head should read
+    if (
+        value_weight > 0 or "value" in head_weights
+    ):  # the return each step's state earned: what the value head reads
         for e in episodes:
             e["value"] = measured_returns(e, options.discount)
 
@@ -208,6 +215,10 @@ def finetune(
         "all": (model, ()),
         "dynamics": (model.dynamics, ("dynamics.",)),
         "dynamics_reward": (torch.nn.ModuleList([model.dynamics, model.reward]), ("dynamics.", "reward.")),
+        "dynamics_critic": (
+            torch.nn.ModuleList([model.dynamics, model.reward, model.value]),
+            ("dynamics.", "reward.", "value."),
+        ),
         "new_members": (model.dynamics.extra, ("dynamics.extra.",)),
     }
     if options.trainable not in trainable:
@@ -226,7 +237,10 @@ def finetune(
     optimizer = torch.optim.Adam(params, lr=options.lr)
 
     limit = options.eval_windows
-    weights = {"reward": reward_weight + head_weight, "value": value_weight}
+    weights = {
+        "reward": reward_weight + head_weights.get("reward", 0.0),
+        "value": value_weight + head_weights.get("value", 0.0),
+    }
     before, before_objective = _heldout(model, heldout, limit, weights)
     say(
         f"held-out latent error of {version_label(base_version)}: {before.mean():.5f} ({len(heldout)} windows)"
@@ -265,7 +279,7 @@ def finetune(
         if full_loss is not None:
             loss = full_loss(model, batch)
         else:
-            loss = training_loss(model, batch, bootstrap, reward_weight, value_weight, head_weight)
+            loss = training_loss(model, batch, bootstrap, reward_weight, value_weight, head_weights)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, options.grad_clip)
@@ -518,7 +532,7 @@ def run(args: argparse.Namespace) -> int:
     if report.version is None:
         outcome = "nothing published"
     elif own:
-        kind = "fully finetuned" if options.trainable == "all" else "finetuned (dynamics and reward head)"
+        kind = "fully finetuned" if options.trainable == "all" else f"finetuned ({options.trainable})"
         outcome = f"wrote the {kind} model {report.model}"
     else:
         outcome = f"published {version_label(report.version)}"

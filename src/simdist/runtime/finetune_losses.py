@@ -50,13 +50,13 @@ def training_loss(
     generator: torch.Generator,
     reward_weight: float = 0.0,
     value_weight: float = 0.0,
-    reward_head_weight: float = 0.0,
+    head_weights: dict[str, float] | None = None,
 ) -> torch.Tensor:
     """The latent-consistency loss every dynamics member trains on, plus, with a weight above 0, the reward the
     robot measured and the return it earned (`batch.value`, `real_data.measured_returns`), read by the frozen
-    reward and value heads from each member's predicted latents (`measured_errors`). `reward_head_weight` > 0 adds
-    the reward head's error on the measured rewards with the predicted latents detached: it trains the reward head
-    (where it is trainable), never the dynamics.
+    reward and value heads from each member's predicted latents (`measured_errors`). `head_weights` ({"reward": w,
+    "value": w}) adds those heads' errors on what the robot measured with the predicted latents detached: they
+    train the heads (where trainable), never the dynamics.
 
     One member: the masked mean squared error. An ensemble: each member's own error, each window weighted by a
     Poisson(1) draw per member (the online bootstrap), so the members see different resamples of the data and
@@ -80,9 +80,10 @@ def training_loss(
         if weight > 0:
             errors, measured = measured_errors(model, batch, ctx.latent, members, name)
             loss = loss + weight * mean(errors, weights * measured)
-    if reward_head_weight > 0:
-        errors, measured = measured_errors(model, batch, ctx.latent.detach(), members.detach(), "reward")
-        loss = loss + reward_head_weight * mean(errors, weights * measured)
+    for name, weight in (head_weights or {}).items():
+        if weight > 0:
+            errors, measured = measured_errors(model, batch, ctx.latent.detach(), members.detach(), name)
+            loss = loss + weight * mean(errors, weights * measured)
     return loss
 
 

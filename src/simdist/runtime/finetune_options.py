@@ -12,6 +12,9 @@ from typing import Any
 from simdist.errors import ConfigError
 from simdist.sim.config import START_FROM
 
+# trainable kinds that train heads beside the dynamics, on what the robot measured (outside the paper's recipe)
+HEADS_BESIDE_DYNAMICS = {"dynamics_reward": ("reward",), "dynamics_critic": ("reward", "value")}
+
 
 def _option(default: Any, help: str | None = None) -> Any:
     """A `FinetuneOptions` field; one with `help` is also a command-line option (`add_option_arguments`)."""
@@ -68,13 +71,15 @@ class FinetuneOptions:
     )
     # "dynamics" (SimDist: every dynamics member), "dynamics_reward" (outside the paper's recipe: the dynamics on
     # the paper's latent loss, and the reward head on the rewards the robot measured, read from the predicted latents
-    # with those detached, at `reward_weight`; encoder, value and policy stay bit-identical), "all" (the
+    # with those detached, at `reward_weight`; encoder, value and policy stay bit-identical), "dynamics_critic"
+    # (the same, and the value head on the returns the robot earned, `real_data.measured_returns`), "all" (the
     # full-finetuning baseline), or "new_members" (an ensemble's members 1..K-1 only, re-initialised when training
     # starts, member 0 kept: how `simdist ensemble` trains its new members)
     trainable: str = _option(
         "dynamics",
         "what trains: dynamics (SimDist: every dynamics member), dynamics_reward (the dynamics on the latent loss "
-        "and the reward head on the rewards the robot measured; a model of its own to --out), all (the "
+        "and the reward head on the rewards the robot measured; a model of its own to --out), dynamics_critic "
+        "(the same, and the value head on the returns it earned), all (the "
         "full-finetuning baseline; a model of its own to --out), new_members (an ensemble's members 1..K-1, from "
         "a fresh start)",
     )
@@ -98,16 +103,21 @@ class FinetuneOptions:
     # latent targets from an exponential moving average of the encoder (not the encoder being trained), the rewards
     # the robot measured (bags of a robot that reports them: `/simdist/reward`), and the starting model's value and
     # policy outputs (and its reward where none was measured) on the same real windows as anchors.
-    # `reward_weight` also weighs the reward head's loss with trainable="dynamics_reward".
+    # `reward_weight` also weighs each head's loss where heads train beside the dynamics (`trained_heads`).
     target_ema: float = 0.99
     anchor_weight: float = 1.0
     reward_weight: float = 1.0
 
     @property
+    def trained_heads(self) -> tuple[str, ...]:
+        """The heads that train beside the dynamics on what the robot measured ("reward", "value")."""
+        return HEADS_BESIDE_DYNAMICS.get(self.trainable, ())
+
+    @property
     def own_model(self) -> bool:
         """Whether this finetune writes a model of its own: it trains weights every dynamics version of the source
-        shares (full finetuning, or the reward head beside the dynamics), so it never publishes there."""
-        return self.trainable in ("all", "dynamics_reward")
+        shares (full finetuning, or heads beside the dynamics), so it never publishes there."""
+        return self.trainable == "all" or bool(self.trained_heads)
 
     def __post_init__(self) -> None:  # checked where the options are made, before a robot collects any data
         if self.max_steps is not None and self.max_steps < 1:
@@ -116,11 +126,9 @@ class FinetuneOptions:
             raise ConfigError(
                 f"start_from must be one of task, {', '.join(START_FROM)}; got '{self.start_from}'"
             )
-        if self.trainable == "dynamics_reward" and (
-            self.dynamics_reward_weight or self.dynamics_value_weight
-        ):
+        if self.trained_heads and (self.dynamics_reward_weight or self.dynamics_value_weight):
             raise ConfigError(
-                "trainable 'dynamics_reward' trains the reward head itself: dynamics reward and value weights "
+                f"trainable '{self.trainable}' trains the heads themselves: dynamics reward and value weights "
                 "(read by frozen heads) are for trainable 'dynamics' only"
             )
         if self.start_from == "pretrained" and self.trainable != "dynamics":
