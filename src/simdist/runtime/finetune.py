@@ -190,7 +190,7 @@ def finetune(
             say(
                 f"the robot's reward is in the bags for {measured:.1%} of the steps "
                 + (
-                    f"(the {' and '.join(head_weights)} heads train on those)"
+                    f"(training the {' and '.join(head_weights)} head{'s' * (len(head_weights) > 1)})"
                     if head_weights
                     else "(read by the frozen heads)"
                 )
