@@ -142,9 +142,9 @@ def finetune(
 ) -> FinetuneReport:
     """Finetune the current dynamics of `model_dir` on `bags`; publish the result if it passes the gate.
 
-    Full finetuning (`trainable="all"`) and the reward head beside the dynamics (`"dynamics_reward"`) change
-    weights that every dynamics version of `model_dir` shares, so they never publish there: they write a model of
-    their own to `out` (required, must not exist), and the report's `model` names it.
+    Full finetuning (`trainable="all"`) and heads trained beside the dynamics (`"dynamics_reward"`,
+    `"dynamics_critic"`) change weights that every dynamics version of `model_dir` shares, so they never publish
+    there: they write a model of their own to `out` (required, must not exist), and the report's `model` names it.
 
     Raises:
         BagError: a bag is missing, unreadable, truncated or empty, lacks a topic, or does not fit the model.
@@ -195,9 +195,8 @@ def finetune(
                     else "(read by the frozen heads)"
                 )
             )
-    if (
-        value_weight > 0 or "value" in head_weights
-    ):  # the return each step's state earned: what the value head reads
+    # the return each step's state earned: what the value head reads
+    if value_weight > 0 or "value" in head_weights:
         for e in episodes:
             e["value"] = measured_returns(e, options.discount)
 

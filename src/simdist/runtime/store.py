@@ -58,7 +58,7 @@ class ModelStore:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.swaps = 0
-        # a finetune's model of its own (full, or the reward head beside the dynamics): its v0000 already learnt
+        # a finetune's model of its own (full, or heads trained beside the dynamics): its v0000 already learnt
         # from real data
         extra = read_description(self.folder).get("extra") or {}
         self._own_finetune = "finetune_of" in extra or "full_finetune_of" in extra
