@@ -367,6 +367,9 @@ def test_fair_full_finetuning_keeps_its_latent_spread_and_writes_a_model_of_its_
     weights = _hash(go2_model / "weights.safetensors")
     report = finetune(go2_model, bags, options, out=tmp_path / "full")
     assert report.published and Path(report.model) == tmp_path / "full"
+    from simdist.runtime.store import ModelStore
+
+    assert ModelStore(tmp_path / "full").adapted  # its v0000 learnt from real data
     spread["full"] = _latent_spread(tmp_path / "full", episodes)
     assert _hash(go2_model / "weights.safetensors") == weights and current_version(go2_model) == 0
     assert spread["full"] > 0.5 * spread["start"], spread  # the latent keeps most of its spread

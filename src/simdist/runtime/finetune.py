@@ -52,7 +52,12 @@ from simdist.model.checkpoint import (
 )
 from simdist.model.world_model import Context, WorldModel
 from simdist.runtime.finetune_losses import FullFinetuneLoss, measured_errors, training_loss
-from simdist.runtime.finetune_options import FinetuneOptions, add_option_arguments, options_from_args
+from simdist.runtime.finetune_options import (
+    HEADS_BESIDE_DYNAMICS,
+    FinetuneOptions,
+    add_option_arguments,
+    options_from_args,
+)
 from simdist.runtime.real_data import check_dims, measured_returns, minutes_of_data, real_episodes, split_real
 from simdist.sim.config import load_task
 from simdist.train.evaluate import heldout_latent_error, latent_by_horizon_plot
@@ -120,6 +125,22 @@ def _frozen_state(model: WorldModel, trained_prefixes: tuple[str, ...]) -> dict[
 
 
 # -- finetuning ----------------------------------------------------------------------------------------------------
+
+
+def _trained_part(model: WorldModel, options: FinetuneOptions) -> tuple[torch.nn.Module, tuple[str, ...]]:
+    """What `options.trainable` trains, and the state-dict prefixes of its weights (every other weight must stay
+    bit-identical)."""
+    if options.trainable == "all":
+        return model, ("",)
+    if options.trainable == "new_members":
+        return model.dynamics.extra, ("dynamics.extra.",)
+    if options.trainable == "dynamics" or options.trained_heads:
+        parts = ("dynamics", *options.trained_heads)
+        modules = [getattr(model, name) for name in parts]
+        trained = modules[0] if len(modules) == 1 else torch.nn.ModuleList(modules)
+        return trained, tuple(f"{name}." for name in parts)
+    kinds = ("dynamics", *HEADS_BESIDE_DYNAMICS, "all", "new_members")
+    raise ConfigError(f"trainable must be one of {', '.join(kinds)}, got '{options.trainable}'")
 
 
 def resolve_start_from(options: FinetuneOptions, model_dir: Path) -> str:
@@ -210,22 +231,10 @@ def finetune(
 
     if options.trainable == "new_members":  # an ensemble's new members learn from scratch, not from member 0
         model.dynamics.fresh_members(options.seed)
-    trainable = {
-        "all": (model, ()),
-        "dynamics": (model.dynamics, ("dynamics.",)),
-        "dynamics_reward": (torch.nn.ModuleList([model.dynamics, model.reward]), ("dynamics.", "reward.")),
-        "dynamics_critic": (
-            torch.nn.ModuleList([model.dynamics, model.reward, model.value]),
-            ("dynamics.", "reward.", "value."),
-        ),
-        "new_members": (model.dynamics.extra, ("dynamics.extra.",)),
-    }
-    if options.trainable not in trainable:
-        raise ConfigError(f"trainable must be one of {', '.join(trainable)}, got '{options.trainable}'")
+    trained, trained_prefixes = _trained_part(model, options)
     full = options.trainable == "all"
     own = options.own_model
-    trained: torch.nn.Module = trainable[options.trainable][0]
-    frozen = {} if full else _frozen_state(model, trainable[options.trainable][1])
+    frozen = _frozen_state(model, trained_prefixes)
     if not list(trained.parameters()):
         raise ConfigError("trainable 'new_members' needs a model with more than one dynamics member")
     for p in model.parameters():
@@ -236,10 +245,8 @@ def finetune(
     optimizer = torch.optim.Adam(params, lr=options.lr)
 
     limit = options.eval_windows
-    weights = {
-        "reward": reward_weight + head_weights.get("reward", 0.0),
-        "value": value_weight + head_weights.get("value", 0.0),
-    }
+    # heads beside the dynamics exclude the dynamics' own head weights (FinetuneOptions refuses both)
+    weights = head_weights or {"reward": reward_weight, "value": value_weight}
     before, before_objective = _heldout(model, heldout, limit, weights)
     say(
         f"held-out latent error of {version_label(base_version)}: {before.mean():.5f} ({len(heldout)} windows)"
@@ -340,7 +347,6 @@ def finetune(
                     **description.get("extra", {}),
                     "finetune_of": source,
                     "finetune_trainable": options.trainable,
-                    **({"full_finetune_of": source} if full else {}),
                 },
             )
             version = 0

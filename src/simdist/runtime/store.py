@@ -59,7 +59,7 @@ class ModelStore:
         self._thread: threading.Thread | None = None
         self.swaps = 0
         # a finetune's model of its own (full, or heads trained beside the dynamics): its v0000 already learnt
-        # from real data
+        # from real data (`full_finetune_of`: what full finetunes wrote before 2026-12-06)
         extra = read_description(self.folder).get("extra") or {}
         self._own_finetune = "finetune_of" in extra or "full_finetune_of" in extra
         self.pretrained = pretrained_version(self.folder)  # v0000, or an ensemble's members-trained version
