@@ -43,12 +43,19 @@ def test_true_rewards_step_copies_and_leave_the_env_alone(
     assert first[0] != first[1]
     assert np.array_equal(audit.true_rewards(env, chunks, 0.99), first)  # copies: env is where it was
     # ... and stepping env now matches its twin that never had copies made of it
+    sums, seen, valid = audit.rollouts(env, chunks, 0.99)
+    assert np.array_equal(sums, first) and seen.shape == (3, 6, env.proprio_dim)
     expected = 0.0
     for k, action in enumerate(chunks[1]):
-        _, r_env, *_ = env.step(action[None])
+        o_env, r_env, _, _, info = env.step(action[None])
         _, r_twin, *_ = twin.step(action[None])
         assert r_env[0] == r_twin[0]
         expected += 0.99**k * float(r_env[0])
+        if info["done"][0]:  # the rollout stopped here: its last observation is this step's, repeated
+            assert not valid[1, k + 1 :].any()
+            assert np.array_equal(seen[1, k:], np.repeat(info["final_obs"]["proprio"][:1], 6 - k, 0))
+            break
+        assert valid[1, k] and np.array_equal(seen[1, k], o_env["proprio"][0])  # what the robot truly met
     assert first[1] == pytest.approx(expected)
 
 
@@ -76,3 +83,6 @@ def test_an_audited_run_is_the_unaudited_run_and_the_policy_chunk_is_a_candidate
     assert report["gain_best"]["mean"] >= 0.0
     assert -1.0 <= report["rank_reward"]["mean"] <= 1.0
     assert report["error_reward"]["mean"] >= abs(report["bias_reward"]["mean"])
+    assert -1.0 <= report["rank_head_truth"]["mean"] <= 1.0
+    # a random model's dynamics do not know the robot: its latents are off those the encoder reads from the truth
+    assert report["latent_error_gauss"]["mean"] > 0.0 and report["latent_error_policy"]["mean"] > 0.0

@@ -12,7 +12,13 @@ too. Per tick that gives:
 - `spread`: the standard deviation of the candidates' true reward (do they differ enough for ranking to matter?);
 - `gain_executed`, `gain_best`: true reward of the executed chunk and of the truly best candidate, minus the base
   policy chunk's (what the search gained over the policy, and what it could have);
-- `error_reward`: mean absolute error of the predicted reward sum, `bias_reward` its mean signed error.
+- `error_reward`: mean absolute error of the predicted reward sum, `bias_reward` its mean signed error;
+- `rank_head_truth`: the same rank correlation for the reward head read on the encoder's latents of the observations
+  the rollouts truly met (the head's own ranking, without the dynamics' errors): where it is high and `rank_reward`
+  low, the dynamics lose the ranking; where it is low too, the heads do;
+- `latent_error_gauss`, `latent_error_policy`: mean squared error (normalised latent space, over the steps before an
+  episode end) between the predicted latents and the encoder's latents of the true rollouts, for the Gaussian
+  samples and for the samples around the base policy's chunks (how well the dynamics know where the search goes).
 The main run is never touched: the copies are stepped, not the robot, so the audited run is the unaudited one.
 """
 
@@ -35,6 +41,9 @@ TICK_KEYS = (
     "gain_best",
     "error_reward",
     "bias_reward",
+    "rank_head_truth",
+    "latent_error_gauss",
+    "latent_error_policy",
 )
 
 
@@ -51,16 +60,31 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
 
 def true_rewards(env: Any, chunks: np.ndarray, discount: float) -> np.ndarray:
     """Discounted reward sum of each chunk (n,T,A) executed open loop from a copy of `env` (one member)."""
-    out = np.zeros(len(chunks))
+    return rollouts(env, chunks, discount)[0]
+
+
+def rollouts(env: Any, chunks: np.ndarray, discount: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each chunk (n,T,A) executed open loop from its own copy of `env` (one member): the discounted reward sums
+    (n,), the proprio observations after each step (n,T,O; after an episode end the last one repeats) and which
+    steps ran before that end (n,T) bool (the step that ends it counts, its penalty too)."""
+    n, horizon = chunks.shape[:2]
+    sums = np.zeros(n)
+    valid = np.zeros((n, horizon), dtype=bool)
+    proprio: list[list[np.ndarray]] = []
     for i, chunk in enumerate(chunks):
         sim = copy.deepcopy(env)
+        seen: list[np.ndarray] = []
         for k, action in enumerate(chunk):
-            _, reward, _, _, info = sim.step(action[None])
-            out[i] += discount**k * float(reward[0])
+            obs, reward, _, _, info = sim.step(action[None])
+            sums[i] += discount**k * float(reward[0])
+            valid[i, k] = True
+            # at an episode's end the env has reset: the step's own observation is the final one
+            seen.append(np.asarray((info["final_obs"] if info["done"][0] else obs)["proprio"][0], np.float32))
             if info["done"][0]:  # a fall (its penalty counted) or the episode's end
                 break
         sim.close()
-    return out
+        proprio.append(seen + [seen[-1]] * (horizon - len(seen)))
+    return sums, np.asarray(proprio, np.float32), valid
 
 
 class Auditor:
@@ -116,10 +140,18 @@ class Auditor:
         n_gauss = planner.config.num_samples
         has_policy = planner.config.num_policy_samples > 0 and n > n_gauss
         extra = [plan.actions.numpy()] + ([chunks[n_gauss].numpy()] if has_policy else [])
-        truth = true_rewards(env, np.concatenate([chunks.numpy(), np.stack(extra)]), self.discount)
+        truth, seen, valid = rollouts(env, np.concatenate([chunks.numpy(), np.stack(extra)]), self.discount)
         true_c, true_executed = truth[:n], truth[n]
         base = truth[n + 1] if has_policy else float("nan")
         finite = np.isfinite(scores)
+        with torch.inference_mode():  # the heads and the encoder on what truly happened
+            norm = model.normalizer
+            true_latents = model.encoder(norm.normalize("obs", torch.from_numpy(seen[:n])), None)
+            head_rewards, _ = model.score(ctx.expand(n), true_latents, chunks, cmd, last_value_only=True)
+            mask = torch.from_numpy(valid[:n]).float()
+            head_truth = ((head_rewards * mask) @ discounts).numpy().astype(float)
+            squared = ((latents - true_latents) ** 2).mean(-1)
+            per_chunk = ((squared * mask).sum(1) / mask.sum(1)).numpy().astype(float)
         self.records.append(
             {
                 "reward_policy": float(base),
@@ -130,6 +162,9 @@ class Auditor:
                 "gain_best": float(true_c.max() - base),
                 "error_reward": float(np.mean(np.abs(predicted - true_c))),
                 "bias_reward": float(np.mean(predicted - true_c)),
+                "rank_head_truth": spearman(head_truth, true_c),
+                "latent_error_gauss": float(per_chunk[:n_gauss].mean()),
+                "latent_error_policy": float(per_chunk[n_gauss:].mean()) if n > n_gauss else float("nan"),
             }
         )
 
