@@ -51,7 +51,12 @@ from simdist.model.checkpoint import (
     version_label,
 )
 from simdist.model.world_model import Context, WorldModel
-from simdist.runtime.finetune_losses import FullFinetuneLoss, measured_errors, training_loss
+from simdist.runtime.finetune_losses import (
+    FullFinetuneLoss,
+    HeadAnchor,
+    measured_errors,
+    training_loss,
+)
 from simdist.runtime.finetune_options import (
     HEADS_BESIDE_DYNAMICS,
     FinetuneOptions,
@@ -269,6 +274,11 @@ def finetune(
     rng = np.random.default_rng(options.seed)
     bootstrap = torch.Generator().manual_seed(options.seed)
     full_loss = FullFinetuneLoss(model, options) if full else None
+    anchor = (
+        HeadAnchor(model, options.trained_heads, options.head_anchor_std, options.seed)
+        if options.head_anchor_std > 0
+        else None
+    )
     step, stopped_by = 0, "steps"
     # The budget counts the optimiser's time only, and is checked at each evaluation: a round trains at least
     # `eval_every` steps however long reading the bags took or however loaded the machine is.
@@ -286,6 +296,8 @@ def finetune(
             loss = full_loss(model, batch)
         else:
             loss = training_loss(model, batch, bootstrap, reward_weight, value_weight, head_weights)
+            if anchor is not None:
+                loss = loss + options.anchor_weight * anchor(model, batch)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, options.grad_clip)
@@ -470,6 +482,7 @@ CLI_OPTIONS = (
     "trainable",
     "dynamics_reward_weight",
     "dynamics_value_weight",
+    "head_anchor_std",
     "start_from",
 )
 

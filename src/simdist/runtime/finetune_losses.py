@@ -109,6 +109,38 @@ def measured_errors(
     return (out.unflatten(0, (k, -1)) - torch.nan_to_num(target)).pow(2), measured
 
 
+class HeadAnchor:
+    """Heads trained beside the dynamics, held to the starting heads where the robot measured nothing: on each
+    window's action chunk plus Gaussian noise of std `std` (raw action units), the latents the dynamics predict for
+    it (no gradient), the squared difference of each trained head's output from the starting head's, averaged."""
+
+    def __init__(self, model: WorldModel, heads: tuple[str, ...], std: float, seed: int) -> None:
+        self.teacher = copy.deepcopy(model).eval().requires_grad_(False)
+        self.heads, self.std = heads, std
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __call__(self, model: WorldModel, batch: WindowBatch) -> torch.Tensor:
+        n = model.normalizer
+        noise = torch.randn(batch.actions.shape, generator=self.generator) * self.std
+        actions_n = n.normalize("action", batch.actions + noise)
+        command_n = n.normalize("command", batch.command)
+        with torch.no_grad():
+            ctx, _ = _context_and_target(model, batch)
+            latents = model._predict(ctx, actions_n)
+
+        def outputs(m: WorldModel, head: str) -> torch.Tensor:
+            if head == "reward":
+                return m._reward(ctx.latent, latents, actions_n, command_n)
+            return m.value(latents, command_n)
+
+        loss = torch.zeros(())
+        for head in self.heads:
+            with torch.no_grad():
+                taught = outputs(self.teacher, head)
+            loss = loss + masked_mean((outputs(model, head) - taught).pow(2), batch)
+        return loss
+
+
 def masked_mean(errors: torch.Tensor, batch: WindowBatch) -> torch.Tensor:
     mask = batch.future_mask.float()
     return (errors * mask).sum() / mask.sum().clamp_min(1.0)

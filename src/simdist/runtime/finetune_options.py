@@ -107,6 +107,15 @@ class FinetuneOptions:
     target_ema: float = 0.99
     anchor_weight: float = 1.0
     reward_weight: float = 1.0
+    # Heads beside the dynamics only (`trained_heads`): held to the starting heads' outputs off the robot's data, on
+    # chunks the planner would also score (each window's actions plus Gaussian noise of this std, raw action units;
+    # their latents predicted by the dynamics, detached), at `anchor_weight`. Where the robot went its measurements
+    # teach the heads; where it did not the simulation's heads keep their say. 0: no anchor.
+    head_anchor_std: float = _option(
+        0.0,
+        "heads beside the dynamics: hold them to the starting heads on the windows' actions plus Gaussian noise of "
+        "this std (raw action units), where the robot measured nothing (0: no anchor)",
+    )
 
     @property
     def trained_heads(self) -> tuple[str, ...]:
@@ -130,6 +139,11 @@ class FinetuneOptions:
             raise ConfigError(
                 f"trainable '{self.trainable}' trains the heads themselves: dynamics reward and value weights "
                 "(read by frozen heads) are for trainable 'dynamics' only"
+            )
+        if self.head_anchor_std < 0 or (self.head_anchor_std > 0 and not self.trained_heads):
+            raise ConfigError(
+                f"head_anchor_std must be >= 0 and is for trainable {' or '.join(HEADS_BESIDE_DYNAMICS)} only "
+                f"(got {self.head_anchor_std} with '{self.trainable}')"
             )
         if self.start_from == "pretrained" and self.trainable != "dynamics":
             raise ConfigError(
