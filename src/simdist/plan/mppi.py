@@ -102,6 +102,8 @@ class Planner:
         )
         self._seed = seed
         self._generator = torch.Generator(self.device)
+        # exploration's own stream: exploring leaves the search's noise as it was
+        self._exploration = torch.Generator(self.device)
         n_extra = max(config.num_policy_samples, config.elites if config.keep_elites else 0)
         with torch.inference_mode():
             # preallocated: Gaussian samples first, then policy samples or carried elites
@@ -140,6 +142,7 @@ class Planner:
         """
         seed = self._seed if episode is None else episode_seed(self._seed, episode)
         self._generator.manual_seed(seed)
+        self._exploration.manual_seed(seed ^ 0x5EED)
         self._last: Tensor | None = None  # the previous plan's actions (T,A) as executed, None after a reset
         self._last_prev: Tensor | None = None
         # a fallback plan is executed (the next ticks rate-limit from it) but never warm-started from
@@ -444,6 +447,11 @@ class Planner:
     ) -> Plan:
         actions = actions.clone()
         self._last, self._last_prev = actions, prev
+        if self.config.exploration_std > 0 and fallback is None:  # collection: the executed step explores
+            actions = actions.clone()  # the warm start above keeps the plan itself
+            noise = torch.randn(actions[0].shape, generator=self._exploration, device=self.device)
+            actions[0].add_(noise * self.config.exploration_std)
+            self._project_(actions[None], prev)  # within the bounds, and the rate limit from `prev` on
         self._last_was_fallback = fallback is not None  # the model could not score it: no warm start from it
         stats = PlanStats(
             iterations,

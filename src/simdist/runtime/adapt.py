@@ -103,7 +103,7 @@ def evaluate_on_robot(
         robot=robot,
         overrides=overrides,
         planner=planner,
-        planner_overrides=planner_overrides,
+        planner_overrides={**(planner_overrides or {}), "exploration_std": 0.0},  # evaluation never explores
         adapted_planner=adapted_planner,
         ticks=(count + 1) * cfg.episode_steps,
         stop=stop,
