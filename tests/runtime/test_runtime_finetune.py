@@ -615,7 +615,7 @@ def test_the_head_anchor_holds_trained_heads_to_the_starting_ones_off_the_robots
     for p in model.parameters():
         p.requires_grad_(True)
     loss = anchor(model, batch)
-    assert float(loss) == pytest.approx(0.25, rel=1e-4)
+    assert float(loss.detach()) == pytest.approx(0.25, rel=1e-4)
     loss.backward()
     assert float(model.reward.out.bias.grad.abs().sum()) > 0  # it pulls the head back ...
     # ... and reaches nothing else (the latents are the dynamics', detached)
