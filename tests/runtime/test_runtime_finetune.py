@@ -10,6 +10,7 @@ import re
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from fast_planner import FAST_PLANNER
 
 from simdist.bags import schema
 from simdist.data.dataset import InMemoryEpisodes
-from simdist.data.windows import WindowSampler
+from simdist.data.windows import WindowBatch, WindowSampler
 from simdist.errors import BagError
 from simdist.model.checkpoint import current_version, list_versions, load_checkpoint
 from simdist.runtime.deploy import run_deploy
@@ -504,6 +505,26 @@ def test_what_the_robot_measured_through_a_frozen_head_trains_the_dynamics_alone
     assert list_versions(go2_model) == ([0, 1] if report.published else [0])
 
 
+def _robot_with_lower_rewards(
+    model_dir: Path, tmp_path: Path
+) -> tuple[list[Path], list[dict], Any, WindowBatch]:
+    """Two 4 s runs' bags, their episodes with every reward one standard deviation lower than the model's
+    pretraining saw (a robot whose rewards the pretrained head does not know) and the returns those add up to,
+    the starting model, and a batch of 64 of their windows. Two runs, so that the held-out episodes' returns
+    resemble the training ones' (value learning generalises)."""
+    from simdist.runtime.real_data import measured_returns
+
+    bags = _bags(model_dir, tmp_path / "bags", runs=2, seconds=4.0)
+    episodes = real_episodes(bags)
+    start = load_checkpoint(model_dir).eval()
+    shift = float(start.normalizer.stats()["reward"]["std"][0])
+    for e in episodes:
+        e["reward"] = e["reward"] - np.float32(shift)
+        e["value"] = measured_returns(e, 0.99)
+    batch = WindowSampler(InMemoryEpisodes(episodes), start.history, start.horizon).windows(np.arange(64))
+    return bags, episodes, start, batch
+
+
 @pytest.mark.parametrize("trainable", ["dynamics_reward", "dynamics_critic"])
 def test_heads_beside_the_dynamics_learn_what_the_robot_measured_in_a_model_of_their_own(
     go2_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trainable: str
@@ -515,22 +536,12 @@ def test_heads_beside_the_dynamics_learn_what_the_robot_measured_in_a_model_of_t
     from simdist.errors import ConfigError
     from simdist.runtime import finetune as finetune_module
     from simdist.runtime.finetune_losses import training_loss
-    from simdist.runtime.real_data import measured_returns
     from simdist.runtime.store import ModelStore
 
     heads = ("reward",) if trainable == "dynamics_reward" else ("reward", "value")
     with pytest.raises(ConfigError, match="heads themselves"):
         FinetuneOptions(trainable=trainable, dynamics_reward_weight=0.1)
-    # enough episodes that the returns of the held-out ones resemble the training ones' (value learning generalises)
-    bags = _bags(go2_model, tmp_path / "bags", runs=2, seconds=4.0)
-    episodes = real_episodes(bags)
-    start = load_checkpoint(go2_model).eval()
-    shift = float(start.normalizer.stats()["reward"]["std"][0])
-    # a robot whose rewards the pretrained head does not know: one standard deviation lower
-    for e in episodes:
-        e["reward"] = e["reward"] - np.float32(shift)
-        e["value"] = measured_returns(e, 0.99)
-    batch = WindowSampler(InMemoryEpisodes(episodes), start.history, start.horizon).windows(np.arange(64))
+    bags, episodes, start, batch = _robot_with_lower_rewards(go2_model, tmp_path)
 
     def dynamics_grads(weight: float) -> list[torch.Tensor]:
         model = load_checkpoint(go2_model)
@@ -598,14 +609,7 @@ def test_the_head_anchor_holds_trained_heads_to_the_starting_ones_off_the_robots
         FinetuneOptions(head_anchor_std=1.0)  # the paper's recipe trains no heads to hold
     with pytest.raises(ConfigError, match="head_anchor_std"):
         FinetuneOptions(trainable="dynamics_reward", head_anchor_std=-1.0)
-    bags = _bags(go2_model, tmp_path / "bags", runs=2, seconds=4.0)
-    episodes = real_episodes(bags)
-    start = load_checkpoint(go2_model).eval()
-    shift = float(start.normalizer.stats()["reward"]["std"][0])
-    # a robot whose rewards the pretrained head does not know: one standard deviation lower
-    for e in episodes:
-        e["reward"] = e["reward"] - np.float32(shift)
-    batch = WindowSampler(InMemoryEpisodes(episodes), start.history, start.horizon).windows(np.arange(64))
+    bags, episodes, start, batch = _robot_with_lower_rewards(go2_model, tmp_path)
 
     model = load_checkpoint(go2_model)
     anchor = HeadAnchor(model, ("reward",), 1.0, seed=0)
