@@ -603,7 +603,7 @@ def test_the_head_anchor_holds_trained_heads_to_the_starting_ones_off_the_robots
     while it still learns the measured rewards."""
     from simdist.errors import ConfigError
     from simdist.runtime import finetune as finetune_module
-    from simdist.runtime.finetune_losses import HeadAnchor, masked_mean
+    from simdist.runtime.finetune_losses import HeadAnchor, masked_mean, training_loss
 
     with pytest.raises(ConfigError, match="head_anchor_std"):
         FinetuneOptions(head_anchor_std=1.0)  # the paper's recipe trains no heads to hold
@@ -625,6 +625,12 @@ def test_the_head_anchor_holds_trained_heads_to_the_starting_ones_off_the_robots
     # ... and reaches nothing else (the latents are the dynamics', detached)
     grads = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
     assert {name.split(".")[0] for name, g in grads.items() if g.any()} == {"reward"}
+    # inside `training_loss`, on the context it already encoded, it adds the same number at its weight
+    with torch.no_grad():
+        plain = training_loss(model, batch, torch.Generator().manual_seed(0))
+        held = HeadAnchor(start, ("reward",), 1.0, seed=0, weight=2.0)
+        anchored = training_loss(model, batch, torch.Generator().manual_seed(0), anchor=held)
+    assert float(anchored - plain) == pytest.approx(2 * 0.25, rel=1e-4)
 
     def off_data_drift(model_dir: Path) -> float:
         """Mean squared change of the reward head from the starting one on the windows' chunks plus noise."""

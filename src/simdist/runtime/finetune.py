@@ -275,7 +275,7 @@ def finetune(
     bootstrap = torch.Generator().manual_seed(options.seed)
     full_loss = FullFinetuneLoss(model, options) if full else None
     anchor = (
-        HeadAnchor(model, options.trained_heads, options.head_anchor_std, options.seed)
+        HeadAnchor(model, options.trained_heads, options.head_anchor_std, options.seed, options.anchor_weight)
         if options.head_anchor_std > 0
         else None
     )
@@ -295,9 +295,7 @@ def finetune(
         if full_loss is not None:
             loss = full_loss(model, batch)
         else:
-            loss = training_loss(model, batch, bootstrap, reward_weight, value_weight, head_weights)
-            if anchor is not None:
-                loss = loss + options.anchor_weight * anchor(model, batch)
+            loss = training_loss(model, batch, bootstrap, reward_weight, value_weight, head_weights, anchor)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, options.grad_clip)

@@ -51,12 +51,14 @@ def training_loss(
     reward_weight: float = 0.0,
     value_weight: float = 0.0,
     head_weights: dict[str, float] | None = None,
+    anchor: HeadAnchor | None = None,
 ) -> torch.Tensor:
     """The latent-consistency loss every dynamics member trains on, plus, with a weight above 0, the reward the
     robot measured and the return it earned (`batch.value`, `real_data.measured_returns`), read by the frozen
     reward and value heads from each member's predicted latents (`measured_errors`). `head_weights` ({"reward": w,
     "value": w}) adds those heads' errors on what the robot measured with the predicted latents detached: they
-    train the heads (where trainable), never the dynamics.
+    train the heads (where trainable), never the dynamics; `anchor` holds those heads to the starting ones off the
+    robot's data (`HeadAnchor`, on the same windows' context).
 
     One member: the masked mean squared error. An ensemble: each member's own error, each window weighted by a
     Poisson(1) draw per member (the online bootstrap), so the members see different resamples of the data and
@@ -84,6 +86,8 @@ def training_loss(
         if weight > 0:
             errors, measured = measured_errors(model, batch, ctx.latent.detach(), members.detach(), name)
             loss = loss + weight * mean(errors, weights * measured)
+    if anchor is not None:
+        loss = loss + anchor(model, batch, ctx)
     return loss
 
 
@@ -112,20 +116,25 @@ def measured_errors(
 class HeadAnchor:
     """Heads trained beside the dynamics, held to the starting heads where the robot measured nothing: on each
     window's action chunk plus Gaussian noise of std `std` (raw action units), the latents the dynamics predict for
-    it (no gradient), the squared difference of each trained head's output from the starting head's, averaged."""
+    it (no gradient), the squared difference of each trained head's output from the starting head's, averaged, times
+    `weight`."""
 
-    def __init__(self, model: WorldModel, heads: tuple[str, ...], std: float, seed: int) -> None:
+    def __init__(
+        self, model: WorldModel, heads: tuple[str, ...], std: float, seed: int, weight: float = 1.0
+    ) -> None:
         self.teacher = copy.deepcopy(model).eval().requires_grad_(False)
-        self.heads, self.std = heads, std
+        self.heads, self.std, self.weight = heads, std, weight
         self.generator = torch.Generator().manual_seed(seed)
 
-    def __call__(self, model: WorldModel, batch: WindowBatch) -> torch.Tensor:
+    def __call__(self, model: WorldModel, batch: WindowBatch, ctx: Context | None = None) -> torch.Tensor:
+        """`ctx`: the windows' context where the caller has it (`training_loss`), else encoded here."""
         n = model.normalizer
         noise = torch.randn(batch.actions.shape, generator=self.generator) * self.std
         actions_n = n.normalize("action", batch.actions + noise)
         command_n = n.normalize("command", batch.command)
         with torch.no_grad():
-            ctx, _ = _context_and_target(model, batch)
+            if ctx is None:
+                ctx = _context_and_target(model, batch)[0]
             latents = model._predict(ctx, actions_n)
 
         def outputs(m: WorldModel, head: str) -> torch.Tensor:
@@ -138,7 +147,7 @@ class HeadAnchor:
             with torch.no_grad():
                 taught = outputs(self.teacher, head)
             loss = loss + masked_mean((outputs(model, head) - taught).pow(2), batch)
-        return loss
+        return self.weight * loss
 
 
 def masked_mean(errors: torch.Tensor, batch: WindowBatch) -> torch.Tensor:
