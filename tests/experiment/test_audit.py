@@ -26,7 +26,7 @@ def test_spearman_ranks_not_values() -> None:
     [("go2_foam", "foam", "1"), ("ur5e_peg", "real", "1"), ("ur5e_peg", "real", "0")],
     ids=["go2", "ur5e-native-servo", "ur5e-numpy-servo"],
 )
-def test_true_rewards_step_copies_and_leave_the_env_alone(
+def test_rollouts_step_copies_and_leave_the_env_alone(
     task: str, profile: str, native: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SIMDIST_NATIVE", native)  # the UR5e's servo in C (its library is not copied) or numpy
@@ -38,13 +38,13 @@ def test_true_rewards_step_copies_and_leave_the_env_alone(
     chunks = rng.normal(0, 0.5, (3, 6, env.action_dim)).astype(np.float32)
     chunks[:, :, 2] -= 1.0 if task == "ur5e_peg" else 0.0  # down onto the hole's surroundings: contact
     chunks[2] = chunks[0]
-    first = audit.true_rewards(env, chunks, 0.99)
+    first, seen, valid = audit.rollouts(env, chunks, 0.99)
     assert first[0] == first[2]  # the same chunk from the same state: the same true reward
     assert first[0] != first[1]
-    assert np.array_equal(audit.true_rewards(env, chunks, 0.99), first)  # copies: env is where it was
+    again, seen_again, _ = audit.rollouts(env, chunks, 0.99)
+    assert np.array_equal(again, first) and np.array_equal(seen_again, seen)  # copies: env is where it was
+    assert seen.shape == (3, 6, env.proprio_dim)
     # ... and stepping env now matches its twin that never had copies made of it
-    sums, seen, valid = audit.rollouts(env, chunks, 0.99)
-    assert np.array_equal(sums, first) and seen.shape == (3, 6, env.proprio_dim)
     expected = 0.0
     for k, action in enumerate(chunks[1]):
         o_env, r_env, _, _, info = env.step(action[None])

@@ -58,11 +58,6 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def true_rewards(env: Any, chunks: np.ndarray, discount: float) -> np.ndarray:
-    """Discounted reward sum of each chunk (n,T,A) executed open loop from a copy of `env` (one member)."""
-    return rollouts(env, chunks, discount)[0]
-
-
 def rollouts(env: Any, chunks: np.ndarray, discount: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each chunk (n,T,A) executed open loop from its own copy of `env` (one member): the discounted reward sums
     (n,), the proprio observations after each step (n,T,O; after an episode end the last one repeats) and which
