@@ -104,7 +104,11 @@ def test_a_task_section_applies_to_its_task_only_after_the_robot_section(tmp_pat
 def test_task_action_limits() -> None:
     from simdist.sim.config import load_task
 
-    assert task_action_limits(load_task("go2_slope")) == ActionLimits(-4.0, 4.0, 1.0)
+    slope = (0.0, 0.0, -0.3), (0.8, 0.0, 0.3)  # the pretraining's forward, lateral and yaw-rate ranges
+    assert task_action_limits(load_task("go2_slope")) == ActionLimits(-4.0, 4.0, 1.0, *slope)
+    assert task_action_limits(load_task("go2_foam")).command_low == (0.0, -0.2, -0.3)
+    # a hole-pose estimate is not a setpoint to scale
+    assert task_action_limits(load_task("ur5e_peg")).command_high is None
     assert task_action_limits(load_task("ur5e_peg", {"action_max_delta": 0.2})).max_delta == 0.2
     limits = task_action_limits({"robot": "ur5e", "action_clip": 1.0, "action_max_delta": 0.2})
     assert limits == ActionLimits(-1.0, 1.0, 0.2)

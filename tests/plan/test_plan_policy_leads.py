@@ -8,7 +8,7 @@ import torch
 from plan_toys import PointMass, planner_config
 
 from simdist.errors import ConfigError
-from simdist.plan import Planner
+from simdist.plan import ActionLimits, Planner
 
 
 class DelayedVelocity(PointMass):
@@ -127,7 +127,7 @@ class SlipperyGround(PointMass):
         return track + slip, torch.zeros_like(track)
 
 
-def _plan_on_slippery_ground(speed: float, scales: tuple[float, ...]):
+def _plan_on_slippery_ground(speed: float, scales: tuple[float, ...], limits: ActionLimits | None = None):
     model = SlipperyGround(limit=1.5, horizon=6, dim=1)
     cfg = planner_config(
         horizon=6,
@@ -141,7 +141,7 @@ def _plan_on_slippery_ground(speed: float, scales: tuple[float, ...]):
         policy_max_lead=1,
         policy_command_scales=scales,
     )
-    planner = Planner(model, cfg, seed=0)
+    planner = Planner(model, cfg, limits=limits, seed=0)
     ctx = model.context(torch.zeros(1, 3, 1), torch.zeros(1, 3, 1), torch.ones(1, 3), torch.zeros(1, 1))
     return planner.act(ctx, torch.tensor([speed])), model
 
@@ -151,6 +151,43 @@ def test_the_policy_is_asked_for_each_scaled_command_in_one_batch() -> None:
     (asked,) = model.proposed_for
     assert asked.shape == (3, 6, 1)
     assert torch.allclose(asked[:, 0, 0], torch.tensor([2.0, 1.5, 1.0]))
+
+
+@pytest.mark.parametrize(
+    ("speed", "asked"),
+    [
+        (0.4, [0.4, 0.6, 0.5, 0.3]),  # every scaled command inside the trained range: as scaled
+        (0.7, [0.7, 0.8, 0.8, 0.525]),  # 1.05 and 0.875 would leave it: the range's edge
+        (
+            1.2,
+            [1.2, 1.2, 1.2, 0.9],
+        ),  # the command as given is beyond it: never scaled further out, never changed
+        (-0.2, [-0.2, -0.2, -0.2, -0.15]),  # and below it likewise
+    ],
+)
+def test_scaled_commands_stay_where_the_policy_was_trained(speed: float, asked: list[float]) -> None:
+    """go2_foam's `fast3` asks the policy for 1.5 and 1.25 x the command: at 0.7 m/s, 1.05 and 0.875 m/s, beyond the
+    0.8 m/s the pretraining drew. Those chunks are the network's extrapolation, not gaits; they are asked for at the
+    edge of the range instead, and the command as given is never touched."""
+    limits = ActionLimits(command_low=[0.0], command_high=[0.8])
+    _, model = _plan_on_slippery_ground(speed, (1.5, 1.25, 0.75), limits)
+    (proposed,) = model.proposed_for
+    assert torch.allclose(proposed[:, 0, 0], torch.tensor(asked), atol=1e-6)
+    _, unbounded = _plan_on_slippery_ground(speed, (1.5, 1.25, 0.75))
+    assert torch.allclose(unbounded.proposed_for[0][:, 0, 0], speed * torch.tensor([1.0, 1.5, 1.25, 0.75]))
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "message"),
+    [
+        ([0.0], None, "go together"),
+        ([0.0, 0.0], [1.0, 1.0], "command range has 2/2"),
+        ([1.0], [0.0], "low > "),
+    ],
+)
+def test_a_bad_command_range_is_refused_in_one_line(low, high, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _plan_on_slippery_ground(0.5, (1.5,), ActionLimits(command_low=low, command_high=high))
 
 
 @pytest.mark.parametrize(("speed", "scale", "executed"), [(2.0, 0.5, 1.0), (1.0, 1.0, 1.0), (1.4, 1.0, 1.4)])

@@ -19,8 +19,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from simdist import robots
 from simdist.config import apply_overrides, build, load_named
 from simdist.errors import ConfigError
+from simdist.sim.config import CommandConfig
 
 Limit = float | Sequence[float] | None
 PRECISIONS = ("float32", "bfloat16")
@@ -28,15 +30,21 @@ PRECISIONS = ("float32", "bfloat16")
 
 @dataclass(frozen=True)
 class ActionLimits:
-    """Per-dimension action bounds and the largest change per control step, in raw action units.
+    """Per-dimension action bounds and the largest change per control step, in raw action units; and the range of
+    commands the base policy was pretrained on, which its scaled candidates stay inside.
 
     `max_delta` limits both the first action against the previously executed one and consecutive plan steps.
-    A scalar applies to every dimension; None means unlimited.
+    A scalar applies to every dimension; None means unlimited. `command_low`/`command_high` (raw command units,
+    one value per command dimension, or None): a chunk the policy proposes for a command it never saw is an
+    extrapolation of the network, not a gait, so `policy_command_scales` candidates are clamped into this range
+    (widened to take in the command as given, which always competes unchanged).
     """
 
     low: Limit = None
     high: Limit = None
     max_delta: Limit = None
+    command_low: Sequence[float] | None = None
+    command_high: Sequence[float] | None = None
 
 
 @dataclass(frozen=True)
@@ -250,15 +258,23 @@ def load_planner_configs(
 
 
 def task_action_limits(task: Any) -> ActionLimits:
-    """The planner's action limits from a task: bounds +-`action_clip` and the rate limit `action_max_delta`
-    (largest change of an action per control step, raw action units). The one place every path that plans
+    """The planner's action limits from a task: bounds +-`action_clip`, the rate limit `action_max_delta`
+    (largest change of an action per control step, raw action units) and the pretraining's command range (the
+    robot's `command_range` of the task's `command` section). The one place every path that plans
     (deploy, the planner node, adapt, bench) gets them from. `task`: a TaskConfig, or a task YAML's mapping."""
     if isinstance(task, Mapping):
         clip, max_delta = task.get("action_clip"), task.get("action_max_delta")
+        robot, command = task.get("robot"), task.get("command")
+        if isinstance(command, Mapping):
+            command = build(CommandConfig, command, "command")
     else:
         clip, max_delta = task.action_clip, task.action_max_delta
+        robot, command = task.robot, task.command
+    commands = None if robot is None or command is None else robots.get(robot).command_range(command)
     return ActionLimits(
         low=None if clip is None else -float(clip),
         high=None if clip is None else float(clip),
         max_delta=None if max_delta is None else float(max_delta),
+        command_low=None if commands is None else tuple(float(v) for v in commands[0]),
+        command_high=None if commands is None else tuple(float(v) for v in commands[1]),
     )

@@ -100,6 +100,7 @@ class Planner:
             if config.policy_command_scales
             else None
         )
+        self._command_range = self._commands(limits)
         self._seed = seed
         self._generator = torch.Generator(self.device)
         # exploration's own stream: exploring leaves the search's noise as it was
@@ -131,6 +132,25 @@ class Planner:
                 f"action limits: '{name}' has {out.numel()} values, the model has {self.act_dim} actions"
             )
         return out
+
+    def _commands(self, limits: ActionLimits) -> tuple[Tensor, Tensor] | None:
+        if limits.command_low is None and limits.command_high is None:
+            return None
+        if limits.command_low is None or limits.command_high is None:
+            raise ConfigError("action limits: command_low and command_high go together")
+        low, high = (
+            torch.as_tensor(v, dtype=torch.float32, device=self.device).flatten()
+            for v in (limits.command_low, limits.command_high)
+        )
+        cmd_dim = getattr(self.model, "cmd_dim", low.numel())
+        if low.numel() != cmd_dim or high.numel() != cmd_dim:
+            raise ConfigError(
+                f"action limits: the command range has {low.numel()}/{high.numel()} values, the model has "
+                f"{cmd_dim} command dimensions"
+            )
+        if bool((low > high).any()):
+            raise ConfigError("action limits: command_low > command_high")
+        return low, high
 
     def reset(self, episode: int | None = None) -> None:
         """Forget the warm start and reseed, so an episode replays exactly.
@@ -383,9 +403,13 @@ class Planner:
 
     def _proposals(self, ctx: Context, cmd: Tensor) -> Tensor:
         """(1+S,T,A): the base policy's chunk for the command (row 0) and for it scaled by each of the S
-        `policy_command_scales`, in one batch."""
+        `policy_command_scales` (clamped into the pretraining's command range), in one batch."""
         scales = self._command_scales
         commands = cmd if scales is None else cmd * scales
+        if scales is not None and self._command_range is not None:
+            # scaled commands stay where the policy was trained; the command as given (row 0) is never changed
+            low, high = self._command_range
+            commands = commands.clamp(torch.minimum(low, cmd), torch.maximum(high, cmd))
         rows = commands.shape[0]
         return (
             self.model.propose(ctx, commands)

@@ -23,7 +23,7 @@ from simdist.hardware.state import RobotState
 
 if TYPE_CHECKING:
     from simdist.runtime.actuation import Actuator
-    from simdist.sim.config import TaskConfig
+    from simdist.sim.config import CommandConfig, TaskConfig
     from simdist.sim.vec_env import SimVecEnv
 
 # The parts of a RobotState beyond the joints that a robot may measure, with the RobotState fields each one fills.
@@ -122,6 +122,11 @@ class RobotDescription:
     def default_command(self, cfg: TaskConfig) -> np.ndarray:
         """The task command a hardware run gets without --command."""
         raise NotImplementedError
+
+    def command_range(self, command: CommandConfig) -> tuple[np.ndarray, np.ndarray] | None:
+        """(low, high) per command dimension: the commands the pretraining drew (what the base policy knows), in
+        raw units; None where the command is not a setpoint a planner may scale (the default)."""
+        return None
 
     def summarize(self, metrics: Sequence[dict[str, float]]) -> dict[str, float]:
         """Evaluation figures of finished episodes' metrics (an expert's evaluation); default: the metric's mean."""

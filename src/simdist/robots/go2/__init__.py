@@ -24,7 +24,7 @@ from simdist.robots.description import Evaluation, HardwareParameter, RobotDescr
 if TYPE_CHECKING:
     from simdist.hardware.safety import SafetyLimits
     from simdist.runtime.actuation import Actuator
-    from simdist.sim.config import TaskConfig
+    from simdist.sim.config import CommandConfig, TaskConfig
     from simdist.sim.vec_env import SimVecEnv
 
 LEGS = ("FR", "FL", "RR", "RL")
@@ -132,6 +132,11 @@ class Go2(RobotDescription):
         """The middle evaluation speed, straight ahead."""
         speeds = cfg.command.eval_speeds or [0.5]
         return np.array([speeds[len(speeds) // 2], 0.0, 0.0], dtype=np.float32)
+
+    def command_range(self, command: CommandConfig) -> tuple[np.ndarray, np.ndarray]:
+        """Forward speed, lateral speed and yaw rate as the pretraining drew them (the task's ranges)."""
+        ranges = (command.speed_range, command.lateral_range, command.yaw_rate_range)
+        return np.array([r[0] for r in ranges]), np.array([r[1] for r in ranges])
 
     def summarize(self, metrics: Sequence[dict[str, float]]) -> dict[str, float]:
         progress = np.array([m["progress_m"] for m in metrics])
