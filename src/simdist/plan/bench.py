@@ -52,7 +52,9 @@ def task_settings(task: str) -> dict[str, Any]:
         "control_hz": robot.control_hz,
         "action_clip": robot.action_clip,
     }
-    settings.update({k: v for k, v in data.items() if k in ("control_hz", "action_clip", "action_max_delta", "command")})
+    settings.update(
+        {k: v for k, v in data.items() if k in ("control_hz", "action_clip", "action_max_delta", "command")}
+    )
     return settings
 
 
