@@ -158,10 +158,8 @@ def test_the_policy_is_asked_for_each_scaled_command_in_one_batch() -> None:
     [
         (0.4, [0.4, 0.6, 0.5, 0.3]),  # every scaled command inside the trained range: as scaled
         (0.7, [0.7, 0.8, 0.8, 0.525]),  # 1.05 and 0.875 would leave it: the range's edge
-        (
-            1.2,
-            [1.2, 1.2, 1.2, 0.9],
-        ),  # the command as given is beyond it: never scaled further out, never changed
+        # the command as given is beyond it: never scaled further out, never changed
+        (1.2, [1.2, 1.2, 1.2, 0.9]),
         (-0.2, [-0.2, -0.2, -0.2, -0.15]),  # and below it likewise
     ],
 )
