@@ -142,11 +142,10 @@ class Planner:
             torch.as_tensor(v, dtype=torch.float32, device=self.device).flatten()
             for v in (limits.command_low, limits.command_high)
         )
-        cmd_dim = getattr(self.model, "cmd_dim", low.numel())
-        if low.numel() != cmd_dim or high.numel() != cmd_dim:
+        if low.numel() != self.model.cmd_dim or high.numel() != self.model.cmd_dim:
             raise ConfigError(
                 f"action limits: the command range has {low.numel()}/{high.numel()} values, the model has "
-                f"{cmd_dim} command dimensions"
+                f"{self.model.cmd_dim} command dimensions"
             )
         if bool((low > high).any()):
             raise ConfigError("action limits: command_low > command_high")
