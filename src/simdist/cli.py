@@ -97,20 +97,27 @@ def add_overrides_argument(parser: argparse.ArgumentParser, help: str = "overrid
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one `simdist` command and return its exit status; never ends the calling process (tests and other
+    programs call it). The `simdist` executable is `run`."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    from simdist.hardware.robot import leave_past_stuck_drivers
-
     try:
-        code = int(args._run(args) or 0)
+        return int(args._run(args) or 0)
     except SimdistError as exc:
         sys.stderr.write(f"simdist: error: {exc}\n")
-        code = exc.exit_code
+        return exc.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("simdist: interrupted\n")
-        code = 130
-    return leave_past_stuck_drivers(code)
+        return 130
+
+
+def run() -> None:
+    """The `simdist` executable: `main`, then the process ends with its status, at once where a driver thread is
+    still blocked in native code (`leave_past_stuck_drivers`). Only a process's entry point may end it that way."""
+    from simdist.hardware.robot import leave_past_stuck_drivers
+
+    raise SystemExit(leave_past_stuck_drivers(main()))
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run()

@@ -306,3 +306,21 @@ def test_a_process_whose_driver_thread_is_stuck_leaves_with_its_own_exit_code() 
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert done.returncode == 3 and done.stdout == "report\n" and "not reached" not in done.stderr
+
+
+def test_simdist_main_returns_its_status_past_a_stuck_driver_thread() -> None:
+    """`simdist.cli.main` is called by tests and programs: only the executable (`run`) may end the process at once
+    past a stuck driver thread; `main` returns the status (tests/conftest.py fails any `os._exit` in this process)."""
+    import threading
+
+    from simdist.cli import main
+    from simdist.hardware.robot import DISCONNECT_THREAD
+
+    release = threading.Event()
+    stuck = threading.Thread(target=release.wait, name=DISCONNECT_THREAD, daemon=True)
+    stuck.start()
+    try:
+        assert main(["emulate", "--task", "ur5e_peg", "--address", "127.0.0.1:30004"]) == 2
+    finally:
+        release.set()
+        stuck.join(timeout=5.0)
