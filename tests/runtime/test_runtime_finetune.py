@@ -107,6 +107,30 @@ def test_the_gate_refuses_a_version_that_is_not_better(go2_model: Path, tmp_path
     assert not picky.published and picky.after < picky.before and list_versions(go2_model) == [0]
 
 
+def test_the_rate_stays_constant_unless_a_final_share_is_asked_for(
+    go2_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from simdist.runtime import finetune as ft
+
+    bags = _bags(go2_model, tmp_path / "bags")
+    rates: list[float] = []
+    schedule = ft.learning_rate
+
+    def recorded(*args: Any, **kwargs: Any) -> float:
+        rates.append(schedule(*args, **kwargs))
+        return rates[-1]
+
+    monkeypatch.setattr(ft, "learning_rate", recorded)
+    for fraction in (1.0, 0.1):
+        rates.clear()
+        ft.finetune(go2_model, bags, dataclasses.replace(QUICK, final_lr_fraction=fraction, min_improvement=0.999))
+        assert len(rates) == QUICK.max_steps
+        assert rates[QUICK.warmup_steps] == pytest.approx(QUICK.lr)  # the peak right after the warm-up
+        assert rates[-1] == pytest.approx(QUICK.lr * fraction, rel=0.01)
+        assert all(a >= b for a, b in zip(rates[QUICK.warmup_steps :], rates[QUICK.warmup_steps + 1 :]))
+    assert list_versions(go2_model) == [0]  # the gate refused both (min_improvement): nothing published
+
+
 def test_a_spent_budget_still_trains_to_the_first_evaluation(go2_model: Path, tmp_path: Path) -> None:
     """The budget counts the optimiser's time and is checked at evaluations: on a machine so loaded that reading
     the bags alone outlasts it (a `make run` once trained 1 step in a 4-minute round), a round still trains."""

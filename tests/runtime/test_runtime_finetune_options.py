@@ -32,7 +32,8 @@ def test_no_flags_give_the_dataclass_defaults(add_arguments, names, required) ->
 
 def test_every_finetune_flag_reaches_its_field() -> None:
     argv = ["--model", "m", "--bag", "b", "--sim-data", "sim", "--sim-share", "0.5", "--batch-size", "8"]
-    argv += ["--lr", "1e-3", "--warmup-steps", "5", "--max-epochs", "3", "--max-steps", "40"]
+    argv += ["--lr", "1e-3", "--warmup-steps", "5", "--final-lr-fraction", "0.1", "--max-epochs", "3"]
+    argv += ["--max-steps", "40"]
     argv += ["--max-minutes", "1.5", "--val-fraction", "0.1", "--eval-every", "7", "--patience", "2"]
     argv += ["--min-improvement", "0.01", "--seed", "4", "--threads", "1", "--trainable", "all"]
     options = fo.options_from_args(_parse(ft.add_arguments, argv), ft.CLI_OPTIONS)
@@ -43,6 +44,7 @@ def test_every_finetune_flag_reaches_its_field() -> None:
         batch_size=8,
         lr=1e-3,
         warmup_steps=5,
+        final_lr_fraction=0.1,
         max_epochs=3,
         max_steps=40,
         max_minutes=1.5,
@@ -75,6 +77,15 @@ def test_a_round_trains_the_measured_4000_steps_unless_told_otherwise() -> None:
     args = _parse(adapt.add_arguments, ["--task", "t", "--profile", "p", "--max-steps", "-5"])
     with pytest.raises(ConfigError, match="max_steps must be >= 1"):
         fo.options_from_args(args, adapt.ADAPT_OPTIONS)
+
+
+def test_a_final_rate_outside_zero_to_one_is_refused_in_one_line() -> None:
+    from simdist.errors import ConfigError
+
+    for bad in ("-0.1", "1.5"):
+        args = _parse(adapt.add_arguments, ["--task", "t", "--profile", "p", "--final-lr-fraction", bad])
+        with pytest.raises(ConfigError, match=r"^final_lr_fraction must be in \[0, 1\], got "):
+            fo.options_from_args(args, adapt.ADAPT_OPTIONS)
 
 
 def test_only_declared_options_become_flags() -> None:

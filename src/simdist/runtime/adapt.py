@@ -249,6 +249,7 @@ ADAPT_OPTIONS = (
     "lr",
     "eval_every",
     "warmup_steps",
+    "final_lr_fraction",
     "val_fraction",
     "dynamics_reward_weight",
     "dynamics_value_weight",

@@ -284,7 +284,9 @@ def finetune(
     # `eval_every` steps however long reading the bags took or however loaded the machine is.
     train_start = time.perf_counter()
     while step < total:
-        lr = learning_rate(step, peak=options.lr, final=options.lr, warmup=warmup, total=total)
+        lr = learning_rate(
+            step, peak=options.lr, final=options.lr * options.final_lr_fraction, warmup=warmup, total=total
+        )
         for group in optimizer.param_groups:
             group["lr"] = lr
         batch = train.sample(options.batch_size - n_sim, rng)
@@ -468,6 +470,7 @@ CLI_OPTIONS = (
     "batch_size",
     "lr",
     "warmup_steps",
+    "final_lr_fraction",
     "max_epochs",
     "max_steps",
     "max_minutes",

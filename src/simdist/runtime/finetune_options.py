@@ -33,6 +33,11 @@ class FinetuneOptions:
     lr: float = _option(2e-4, "learning rate after the warm-up")
     # at most a quarter of the planned steps, so that a small run still trains
     warmup_steps: int = _option(2000, "learning-rate warm-up steps")
+    # After the warm-up the paper's rate stays constant (1.0). Below 1, a cosine decay from `lr` to this share of it
+    # at the last planned step, so the run ends on a quieter iterate.
+    final_lr_fraction: float = _option(
+        1.0, "learning rate at the last planned step as a share of --lr, cosine after the warm-up (1: constant)"
+    )
     max_epochs: int = _option(100, "passes over the real data at most")
     # Every adaptation result in docs/results.md trained its rounds for 4 000 steps. Trained on to early stopping
     # (16 000 steps, held-out latent error a third lower) the slope's dynamics planned a slower, more cautious walk:
@@ -131,6 +136,8 @@ class FinetuneOptions:
         return self.trainable == "all" or bool(self.trained_heads)
 
     def __post_init__(self) -> None:  # checked where the options are made, before a robot collects any data
+        if not 0.0 <= self.final_lr_fraction <= 1.0:
+            raise ConfigError(f"final_lr_fraction must be in [0, 1], got {self.final_lr_fraction}")
         if self.max_steps is not None and self.max_steps < 1:
             raise ConfigError(f"max_steps must be >= 1 (0 on the command line: no cap), got {self.max_steps}")
         if self.start_from not in ("task", *START_FROM):
