@@ -123,11 +123,13 @@ def test_the_rate_stays_constant_unless_a_final_share_is_asked_for(
     monkeypatch.setattr(ft, "learning_rate", recorded)
     for fraction in (1.0, 0.1):
         rates.clear()
-        ft.finetune(go2_model, bags, dataclasses.replace(QUICK, final_lr_fraction=fraction, min_improvement=0.999))
+        ft.finetune(
+            go2_model, bags, dataclasses.replace(QUICK, final_lr_fraction=fraction, min_improvement=0.999)
+        )
         assert len(rates) == QUICK.max_steps
         assert rates[QUICK.warmup_steps] == pytest.approx(QUICK.lr)  # the peak right after the warm-up
         assert rates[-1] == pytest.approx(QUICK.lr * fraction, rel=0.01)
-        assert all(a >= b for a, b in zip(rates[QUICK.warmup_steps :], rates[QUICK.warmup_steps + 1 :]))
+        assert np.all(np.diff(rates[QUICK.warmup_steps :]) <= 0)  # never rises after the warm-up
     assert list_versions(go2_model) == [0]  # the gate refused both (min_improvement): nothing published
 
 

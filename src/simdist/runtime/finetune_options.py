@@ -36,7 +36,8 @@ class FinetuneOptions:
     # After the warm-up the paper's rate stays constant (1.0). Below 1, a cosine decay from `lr` to this share of it
     # at the last planned step, so the run ends on a quieter iterate.
     final_lr_fraction: float = _option(
-        1.0, "learning rate at the last planned step as a share of --lr, cosine after the warm-up (1: constant)"
+        1.0,
+        "learning rate at the last planned step as a share of --lr, cosine after the warm-up (1: constant)",
     )
     max_epochs: int = _option(100, "passes over the real data at most")
     # Every adaptation result in docs/results.md trained its rounds for 4 000 steps. Trained on to early stopping
