@@ -270,6 +270,7 @@ def finetune(
     if options.max_steps is not None:
         total = min(total, options.max_steps)
     warmup = min(options.warmup_steps, max(1, total // 4))
+    final_lr = options.lr * options.final_lr_fraction
     n_sim = round(options.batch_size * options.sim_share) if sim is not None else 0
     rng = np.random.default_rng(options.seed)
     bootstrap = torch.Generator().manual_seed(options.seed)
@@ -284,9 +285,7 @@ def finetune(
     # `eval_every` steps however long reading the bags took or however loaded the machine is.
     train_start = time.perf_counter()
     while step < total:
-        lr = learning_rate(
-            step, peak=options.lr, final=options.lr * options.final_lr_fraction, warmup=warmup, total=total
-        )
+        lr = learning_rate(step, peak=options.lr, final=final_lr, warmup=warmup, total=total)
         for group in optimizer.param_groups:
             group["lr"] = lr
         batch = train.sample(options.batch_size - n_sim, rng)
