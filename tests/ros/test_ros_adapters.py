@@ -6,6 +6,7 @@ as DDS may."""
 from __future__ import annotations
 
 import random
+import threading
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -219,6 +220,86 @@ def test_bridge_watchdog_holds_then_stops_safely_when_commands_stop(dampable: bo
     assert len(calls) == before and bridge.refused == 1
     clock[0] = 5.0
     assert bridge.check_watchdog() is None
+
+
+def test_bridge_serialises_commands_the_watchdog_and_the_final_hold() -> None:
+    """A command being sent when the watchdog's period comes (another thread) finishes before the watchdog decides,
+    so the robot is never stopped under a command that then runs; after the node's final hold nothing is sent."""
+    messages = StrictMessages("jazzy")
+    clock = [0.0]
+    calls: list[str] = []
+    entered, release = threading.Event(), threading.Event()
+
+    class Actuator:
+        def apply(self, action: Any, state: Any, now: float) -> Any:
+            from simdist.runtime.actuation import Actuation
+
+            calls.append("apply")
+            if len(calls) > 1:  # the second command: the driver takes its time
+                entered.set()
+                assert release.wait(5.0)
+            calls.append("applied")
+            return Actuation()
+
+        def hold(self) -> None:
+            calls.append("hold")
+
+    class Robot:
+        def read(self) -> None:
+            return None
+
+        def damp(self) -> None:
+            calls.append("damp")
+
+    bridge = RobotBridge(
+        messages,
+        lambda topic, msg: None,
+        robot=Robot(),
+        robot_kind="go2",
+        actuator=Actuator(),
+        command=lambda: np.zeros(3, np.float32),
+        watchdog_s=0.1,
+        stop_s=1.0,
+        clock=lambda: clock[0],
+    )
+    action = messages.roundtrip(conversions.vector_msg(messages, np.ones(12), "action"))
+    bridge.on_command(action)  # arms the watchdog at t = 0
+    sender = threading.Thread(target=bridge.on_command, args=(action,))
+    sender.start()
+    assert entered.wait(5.0)
+    clock[0] = 2.0  # the state thread's period comes while the command is being sent
+    stages: list[str | None] = []
+    watcher = threading.Thread(target=lambda: stages.append(bridge.check_watchdog()))
+    watcher.start()
+    watcher.join(0.3)
+    assert watcher.is_alive()  # it waits for the command to finish ...
+    release.set()
+    sender.join(5.0)
+    watcher.join(5.0)
+    assert not sender.is_alive() and not watcher.is_alive()
+    # ... and stops the robot after it, not under it
+    assert calls == ["apply", "applied", "apply", "applied", "damp"] and stages == ["safe_stop"]
+    stopped: list[str] = []
+    bridge.shutdown(lambda: stopped.append("stop"))
+    assert calls[-1] == "damp" and stopped == ["stop"]  # no hold re-stiffens a damped robot
+
+    fresh = RobotBridge(
+        messages,
+        lambda topic, msg: None,
+        robot=Robot(),
+        robot_kind="go2",
+        actuator=Actuator(),
+        command=lambda: np.zeros(3, np.float32),
+        clock=lambda: clock[0],
+    )
+    calls.clear()
+    fresh.on_command(action)
+    fresh.shutdown(lambda: stopped.append("stop"))
+    assert calls == ["apply", "applied", "hold"] and stopped == ["stop", "stop"]
+    fresh.on_command(action)  # a late command after the final hold: dropped
+    clock[0] = 100.0
+    assert fresh.check_watchdog() is None
+    assert calls == ["apply", "applied", "hold"] and fresh.commands == 1
 
 
 @pytest.mark.parametrize("late_join", [False, True], ids=["lost_in_flight", "logger_joins_late"])

@@ -5,11 +5,16 @@ The actuator and, on hardware, the safety filter run here, next to the robot, so
 cannot leave the robot moving: `check_watchdog` holds it once commands are older than `watchdog_s` and, if none
 came by `stop_s`, stops it safely (the Go2's damping mode; the UR5e's servoStop, which is its hold). A hold ends
 when commands come back; a safe stop is final for this node (restart it to move again).
+
+Commands arrive on the executor's thread, the watchdog runs on the state thread and the node's shutdown on the main
+thread: one lock serialises everything that sends to the robot, so no command runs after the safe stop or the final
+hold, and no two threads write a driver's command buffer at once.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -58,6 +63,8 @@ class RobotBridge:
         self.stop_s = max(stop_s, watchdog_s)
         self._clock = clock
         self.watchdog = Watchdog(self.watchdog_s, self.stop_s)
+        self._lock = threading.Lock()  # every send to the robot, and the watchdog's stage, under it
+        self.closed = False  # set by `shutdown`: nothing is sent after the final hold
         self.commands = 0
         self.holds = 0
         self.refused = 0  # commands that came after the safe stop
@@ -68,6 +75,12 @@ class RobotBridge:
     def on_command(self, msg: Any) -> None:
         """A task action from the planner (empty: hold). A failure holds the robot and is logged, never raised."""
         action = conversions.vector_from_msg(msg)
+        with self._lock:
+            self._on_action(action)
+
+    def _on_action(self, action: np.ndarray) -> None:
+        if self.closed:
+            return
         if self.watchdog.stopped:
             self.refused += 1
             if self.refused == 1:
@@ -112,19 +125,34 @@ class RobotBridge:
     def check_watchdog(self) -> str | None:
         """Escalate when commands stopped coming (after the first one): hold after `watchdog_s`, safe stop after
         `stop_s`. Returns the stage entered now (also published as a `watchdog` event and logged), else None."""
-        now = self._clock()
-        stage = self.watchdog.check(now)
-        if stage == HOLD:
-            self._hold()
-        elif stage == SAFE_STOP:
-            self._safe_stop()
-        else:
-            return None
+        with self._lock:
+            if self.closed:
+                return None
+            now = self._clock()
+            stage = self.watchdog.check(now)
+            if stage == HOLD:
+                self._hold()
+            elif stage == SAFE_STOP:
+                self._safe_stop()
+            else:
+                return None
         age = self.watchdog.age(now)
         what = "holding" if stage == HOLD else "safe stop (damping on a Go2, servoStop on a UR5e)"
         log.warning("robot bridge: no command for %.2f s; %s", age, what)
         self._publish_watchdog(stage, age)
         return self.stage
+
+    def shutdown(self, stop: Callable[[], None]) -> None:
+        """The node's last word to the robot: a hold (none after the watchdog's safe stop, which a hold would undo on
+        a Go2), then `stop` (the robot's own stop); every command that still arrives is dropped. Waits for a command
+        being sent now to finish first."""
+        with self._lock:
+            self.closed = True
+            try:
+                if not self.watchdog.stopped:
+                    self.actuator.hold()
+            finally:
+                stop()
 
     def _publish_watchdog(self, stage: str, age: float) -> None:
         """A `watchdog` event (hold, safe_stop, or resume: commands back after a hold) for the bag."""

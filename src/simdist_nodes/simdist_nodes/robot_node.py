@@ -121,10 +121,7 @@ class RobotNode(Node):
             f"watchdog stage {b.stage or 'none'}, refused {b.refused}"
         )
         self.state_thread.stop()
-        try:
-            self.bridge.actuator.hold()
-        finally:
-            self.robot.stop()
+        self.bridge.shutdown(self.robot.stop)
 
 
 def sim_main(args: list[str] | None = None) -> int:
