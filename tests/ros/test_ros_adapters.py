@@ -337,6 +337,11 @@ def test_logger_marks_lost_ticks_as_gaps_and_keeps_the_ticks_times(tmp_path: Pat
     publisher.end_episode(success=True, stamp_ns=t0 + 30 * period)
     bus.deliver()
     bag = logger.close()
+    late = {"observation": np.zeros(3, np.float32), "action": np.zeros(2, np.float32)}
+    publisher.append(**late, command=np.zeros(1, np.float32), state=state, stamp_ns=t0 + 31 * period)
+    bus.deliver()  # a tick from a planner still running after the logger closed: dropped, no second bag
+    assert logger.after_close == 3 and sorted(p.name for p in (tmp_path / "bags").iterdir()) == [bag.name]
+    assert logger.close() is None
     lost = dropped_tick if late_join else 1
     assert logger.written == 30 - lost and logger.lost == lost
     kept = [k for k in range(30) if (k >= dropped_tick if late_join else k != dropped_tick)]

@@ -98,11 +98,15 @@ class TickLogger:
         self._gap = 0  # lost ticks not yet marked in the bag
         self._robot_events: list[dict[str, Any]] = []
         self.received = 0  # messages from the planner so far
+        self.closed = False  # set by `close`: later messages are counted, never written (no bag after the last)
+        self.after_close = 0
         self._events_missing: set[int] = set()
 
     # -- callbacks -----------------------------------------------------------------------------------------------
     def on_state(self, topic: str, msg: Any, now: float = 0.0) -> None:
         with self._lock:
+            if self._refused():
+                return
             stamp = _header_ns(msg)
             if stamp is None:
                 stamp = self._last_stamp
@@ -121,6 +125,8 @@ class TickLogger:
             log.warning("logger: event without tick and seq ignored: %s", event)
             return
         with self._lock:
+            if self._refused():
+                return
             self.received += 1
             seq = int(event["seq"])
             if seq >= self._next_event:
@@ -134,6 +140,8 @@ class TickLogger:
         if event.get("event") != schema.WATCHDOG:
             return
         with self._lock:
+            if self._refused():
+                return
             self._robot_events.append(event)
 
     def on_vector(self, topic: str, msg: Any) -> None:
@@ -142,6 +150,8 @@ class TickLogger:
             log.warning("logger: %s without a tick label ignored", topic)
             return
         with self._lock:
+            if self._refused():
+                return
             self.received += 1
             self._newest[topic] = max(self._newest.get(topic, -1), label.tick)
             if label.tick >= self._next:
@@ -153,8 +163,12 @@ class TickLogger:
 
     def close(self) -> Path | None:
         """Write every pending tick and event (incomplete ticks count as lost), close the bag; returns its path
-        (None when nothing was logged)."""
+        (None when nothing was logged). Whatever arrives after it (other nodes still running while this one stops)
+        is counted in `after_close` and dropped: a bag opened then would never be closed."""
         with self._lock:
+            if self.closed:
+                return None
+            self.closed = True
             self._flush(final=True)
             bag, self.bag = self.bag, None
         if bag is not None:
@@ -163,6 +177,12 @@ class TickLogger:
         return None
 
     # -- internals -----------------------------------------------------------------------------------------------
+    def _refused(self) -> bool:
+        """True (and counted) for a message that came after `close`. Called under the lock."""
+        if self.closed:
+            self.after_close += 1
+        return self.closed
+
     def _state_at(self, stamp_ns: int) -> RobotState | None:
         chosen: dict[str, Any] = {}
         for topic, history in self._states.items():
