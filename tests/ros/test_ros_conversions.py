@@ -120,10 +120,21 @@ def test_model_version_message(messages: StrictMessages) -> None:
     }
     with pytest.raises(ValueError):
         finetune_conversions.version_from_msg(messages.roundtrip(conversions.string_msg(messages, "v3")))
+    for bad in (
+        '{"model_dir": "m", "version": null}',
+        '{"model_dir": "m", "version": [3]}',
+        '{"model_dir": "m", "version": "three"}',
+        '{"model_dir": "m", "version": -1}',
+    ):
+        with pytest.raises(ValueError, match="version"):  # never a TypeError out of the planner's callback
+            finetune_conversions.version_from_msg(messages.roundtrip(conversions.string_msg(messages, bad)))
     swap = conversions.string_msg(
-        messages, json.dumps({"event": schema.MODEL_VERSION, "model_version": "v0003"})
+        messages, json.dumps({"event": schema.MODEL_VERSION, "model_version": "v0003", "time_ns": 2_000})
     )
     assert finetune_conversions.confirms(swap, "v0003") and not finetune_conversions.confirms(swap, "v0004")
+    # a rollback to v0003 is not confirmed by the planner's earlier swap to v0003, kept in the topic's history
+    assert finetune_conversions.confirms(swap, "v0003", since_ns=2_000)
+    assert not finetune_conversions.confirms(swap, "v0003", since_ns=2_001)
 
 
 def test_every_topic_type_exists_in_both_distributions() -> None:

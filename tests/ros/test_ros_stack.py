@@ -278,6 +278,23 @@ def test_bad_parameter_is_one_line_naming_node_and_parameter(
     assert "Traceback" not in proc.output()
 
 
+def test_unreachable_robot_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    """A proprio node whose UR5e does not answer exits 1 (the robot failed), not 2 (the user's input), as
+    `simdist deploy` does, with one line naming the node and the address."""
+    proc = start_node(
+        "simdist_nodes",
+        "proprio_node",
+        "simdist_proprio",
+        {"task": "ur5e_peg", "robot_ip": "127.0.0.1"},  # nothing listens on RTDE's port here
+        folder=tmp_path,
+        domain=_domain(),
+    )
+    assert proc.wait(60) == 1, proc.output()[-2000:]
+    errors = [line for line in proc.output().splitlines() if line.startswith("simdist_proprio: error:")]
+    assert len(errors) == 1 and "127.0.0.1" in errors[0], proc.output()[-2000:]
+    assert "Traceback" not in proc.output()
+
+
 def test_camera_node_takes_a_device_index_and_streams_a_video(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -33,15 +33,21 @@ def version_from_msg(msg: Any) -> dict[str, Any]:
         raise ValueError(f"not a model version message: {exc}") from None
     if not isinstance(payload, dict) or not {"model_dir", "version"} <= payload.keys():
         raise ValueError(f"not a model version message: {str(msg.data)[:80]!r}")
-    return {
-        "model_dir": str(payload["model_dir"]),
-        "version": int(payload["version"]),
-        "label": version_label(int(payload["version"])),
-    }
+    version = payload["version"]
+    if isinstance(version, bool) or not isinstance(version, int | str):
+        raise ValueError(f"not a model version number: {version!r}")
+    try:
+        number = int(version)
+    except ValueError:
+        raise ValueError(f"not a model version number: {version!r}") from None
+    if number < 0:
+        raise ValueError(f"not a model version number: {version!r}")
+    return {"model_dir": str(payload["model_dir"]), "version": number, "label": version_label(number)}
 
 
-def confirms(msg: Any, label: str) -> bool:
-    """True for the planner's /simdist/events model_version event naming `label` (the swap happened)."""
+def confirms(msg: Any, label: str, since_ns: int = 0) -> bool:
+    """True for the planner's /simdist/events model_version event naming `label` (the swap happened), stamped at or
+    after `since_ns` (the events topic keeps its history: a rollback must not take an old swap for a new one)."""
     try:
         event = json.loads(str(msg.data))
     except json.JSONDecodeError:
@@ -50,6 +56,8 @@ def confirms(msg: Any, label: str) -> bool:
         isinstance(event, dict)
         and event.get("event") == schema.MODEL_VERSION
         and event.get("model_version") == label
+        and isinstance(event.get("time_ns"), int)
+        and event["time_ns"] >= since_ns
     )
 
 

@@ -111,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+CLOCK_MARGIN_NS = 500_000_000
+
+
 class Announcer:
     """The ROS side of a finetune: joins the graph before training starts, so the planner's model_version event
     is seen however the planner learns of the new version (this announcement, or its own `dynamics/current`
@@ -131,6 +134,9 @@ class Announcer:
 
         self._m = m
         self._rclpy = rclpy
+        # swaps from now on count (the planner's own watcher may swap before the announcement); the margin is for
+        # a planner on another computer whose clock runs a little behind this one's
+        self.since_ns = time.time_ns() - CLOCK_MARGIN_NS
         rclpy.init()
         self.node = rclpy.create_node("finetune_dynamics")
         self.events: list[Any] = []
@@ -157,7 +163,7 @@ class Announcer:
         from simdist_finetune.conversions import confirms
 
         with self._lock:
-            return any(confirms(msg, label) for msg in self.events)
+            return any(confirms(msg, label, self.since_ns) for msg in self.events)
 
     def announce(self, model_dir: Path, version: int, wait_s: float) -> str:
         """Publish the version on /simdist/model_version and wait for the planner's event naming it."""
