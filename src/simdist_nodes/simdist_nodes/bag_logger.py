@@ -98,7 +98,7 @@ class TickLogger:
         self._gap = 0  # lost ticks not yet marked in the bag
         self._robot_events: list[dict[str, Any]] = []
         self.received = 0  # messages from the planner so far
-        self.closed = False  # set by `close`: later messages are counted, never written (no bag after the last)
+        self.closed = False  # set by `close`: later messages are counted, never written
         self.after_close = 0
         self._events_missing: set[int] = set()
 

@@ -285,7 +285,7 @@ def run_node(
             if isinstance(exc, SystemExit) and not isinstance(exc.code, str):
                 raise
             print(parameter_error(name, exc), file=sys.stderr)
-            return getattr(exc, "exit_code", 2)  # a robot that cannot be reached: 1, as `simdist deploy` says it
+            return getattr(exc, "exit_code", 2)  # an unreachable robot: 1, as in `simdist deploy`
         if shared_memory_forced():
             node.get_logger().warning(
                 "ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST: Fast DDS adds shared memory, whose writes can stall this "
