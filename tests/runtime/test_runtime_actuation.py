@@ -13,6 +13,7 @@ from fast_planner import FAST_PLANNER
 
 from simdist import robots
 from simdist.hardware.sim_robot import SimRobot
+from simdist.hardware.state import RobotState
 from simdist.robots import go2
 from simdist.robots.ur5e import workspace
 from simdist.robots.ur5e.actuation import CartesianActuator, ToolTarget, pose_rotation
@@ -23,6 +24,13 @@ from simdist.sim.config import load_task
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hardware"))
 from test_hw_ur5e import FakeControl, FakeReceive  # noqa: E402
+
+
+class ToolDownReceive(FakeReceive):
+    """The fake arm with its tool pointing down (yaw pi / 2), as the peg task holds it."""
+
+    def getActualTCPPose(self) -> list[float]:  # noqa: N802 - ur_rtde's name
+        return [0.4, -0.1, 0.3, np.pi / np.sqrt(2.0), np.pi / np.sqrt(2.0), 0.0]
 
 
 class ServoLControl(FakeControl):
@@ -52,7 +60,7 @@ def test_tool_target_mirrors_the_simulator() -> None:
 
 
 def test_cartesian_actuator_sends_servol_and_holds_on_nan() -> None:
-    control, receive = ServoLControl(), FakeReceive()
+    control, receive = ServoLControl(), ToolDownReceive()
     robot = UR5eRobot(receive, control, control_hz=10.0, lookahead_time=0.1, gain=300.0)
     state = robot.read()
     hole = np.array([0.45, -0.05, 0.04, 0.0], dtype=np.float32)
@@ -62,7 +70,7 @@ def test_cartesian_actuator_sends_servol_and_holds_on_nan() -> None:
     name, pose, speed, accel, t, lookahead, gain = control.calls[-1]
     assert name == "servoL" and (t, lookahead, gain) == (pytest.approx(0.1), 0.1, 300.0)
     np.testing.assert_allclose(pose[:3], [0.41, -0.1, 0.29], atol=1e-9)  # measured TCP + 1 cm x, -1 cm z
-    expected_yaw = np.pi / 2 + 0.025  # the FakeReceive tool's yaw, plus 0.5 x 0.05 rad
+    expected_yaw = np.pi / 2 + 0.025  # the fake tool's yaw, plus 0.5 x 0.05 rad
     rot = np.zeros(9)
     import mujoco
 
@@ -76,6 +84,74 @@ def test_cartesian_actuator_sends_servol_and_holds_on_nan() -> None:
     np.testing.assert_allclose(control.calls[-1][1][:3], hole[:3] + [0.12, 0.12, 0.25], atol=1e-6)
     result = actuator.apply(np.array([np.nan, 0, 0, 0]), state, now=state.timestamp)
     assert result.held and control.calls[-1][0] == "servoStop"
+
+
+def _tool_state(position: np.ndarray, tilt_rad: float = 0.0) -> RobotState:
+    """A UR5e state whose tool points down (yaw 0), tilted about x by `tilt_rad`, at `position`."""
+    import mujoco
+
+    c, s = np.cos(tilt_rad), np.sin(tilt_rad)
+    rot = np.array([[1, 0, 0], [0, -1, 0], [0, 0, -1.0]]) @ np.array([[1, 0, 0], [0, c, -s], [0, s, c]])
+    quat = np.zeros(4)
+    mujoco.mju_mat2Quat(quat, rot.reshape(-1))
+    zeros = np.zeros(6)
+    return RobotState(0.0, zeros, zeros, tool_pose=np.r_[position, quat], tool_twist=zeros, tool_wrench=zeros)
+
+
+class ToolPoses:
+    def __init__(self) -> None:
+        self.sent: list[np.ndarray] = []
+
+    def send_tool_pose(self, pose: np.ndarray) -> None:
+        self.sent.append(np.asarray(pose, dtype=np.float64).copy())
+
+    def hold(self) -> None:
+        pass
+
+
+def test_cartesian_actuator_moves_an_arm_from_outside_the_workspace_in_small_steps() -> None:
+    """An arm that starts 40 cm above the workspace and 20 degrees off "tool down" is brought in by at most two
+    actions' steps a tick (2 cm, 0.1 rad), never in one servo period; inside the workspace, tool down, what is sent
+    is the simulator's target exactly (the limit does not bind)."""
+    from simdist.robots.ur5e.actuation import STEP_LIMITED
+    from simdist.robots.ur5e.hardware import rotvec_to_matrix
+
+    hole = np.array([0.45, -0.05, 0.04, 0.0])
+    low, high = workspace(hole[:3], 0.04)
+    robot = ToolPoses()
+    actuator = CartesianActuator(
+        robot, ToolTarget(scale_m=0.01, scale_rad=0.05, hole_depth=0.04), command=lambda: hole
+    )
+    start = np.array([0.45, -0.05, high[2] + 0.40])
+    state = _tool_state(start, tilt_rad=np.radians(20.0))
+    last_position, last_rotation = start, pose_rotation(state.tool_pose)
+    flags = []
+    for _ in range(40):
+        flags.append(STEP_LIMITED in actuator.apply(np.zeros(4), state, now=0.0).flags)
+        position, rotation = robot.sent[-1][:3], rotvec_to_matrix(robot.sent[-1][3:])
+        assert np.linalg.norm(position - last_position) <= 0.02 + 1e-9
+        turn = np.arccos(np.clip((np.trace(last_rotation.T @ rotation) - 1.0) / 2.0, -1.0, 1.0))
+        assert turn <= 0.1 + 1e-6
+        last_position, last_rotation = position, rotation
+    assert flags[:4] == [True] * 4 and flags[-1] is False  # limited while moving in, then not
+    np.testing.assert_allclose(last_position, [0.45, -0.05, high[2]], atol=1e-9)  # at the box's top
+    assert last_rotation[2, 2] == pytest.approx(-1.0)  # tool down
+
+    inside = ToolPoses()  # from inside the box, tool down: exactly the simulator's target, never limited
+    actuator = CartesianActuator(
+        inside, ToolTarget(scale_m=0.01, scale_rad=0.05, hole_depth=0.04), command=lambda: hole
+    )
+    mirror = ToolTarget(scale_m=0.01, scale_rad=0.05, hole_depth=0.04)
+    state = _tool_state(hole[:3] + [0.0, 0.0, 0.05])
+    mirror.reset(state.tool_pose)
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        action = rng.choice([-1.0, 1.0], 4)  # full steps: the largest the limit must let through
+        assert STEP_LIMITED not in actuator.apply(action, state, now=0.0).flags
+        mirror.step(action, hole)
+        np.testing.assert_array_equal(inside.sent[-1][:3], mirror.position)
+        yaw = rotvec_to_matrix(inside.sent[-1][3:])
+        assert np.arctan2(yaw[1, 0], yaw[0, 0]) == pytest.approx(np.angle(np.exp(1j * mirror.yaw)), abs=1e-9)
 
 
 def test_go2_hardware_path_runs_through_the_safety_filter(go2_model: Path) -> None:
@@ -148,7 +224,7 @@ def test_the_press_guard_scales_the_push_along_the_force_to_the_limit_it_aims_at
     measured tool along the force's axis is capped at the last push x aimed / measured force (aimed: halfway up to
     the limit, or the limit once over it), whatever the sensor's sign, on any axis; it backs off by one step a tick
     at most; moves across the force and away from it pass; a tick the guard moved is flagged."""
-    control, receive = ServoLControl(), FakeReceive()
+    control, receive = ServoLControl(), ToolDownReceive()
     robot = UR5eRobot(receive, control, control_hz=10.0, lookahead_time=0.1, gain=300.0)
     state = robot.read()
     hole = np.array([0.45, -0.05, 0.20, 0.0], dtype=np.float32)  # the tool well inside the box
@@ -247,7 +323,6 @@ def test_an_episode_the_loop_ends_on_an_arm_keeps_its_target_where_the_arm_holds
     """On hardware the loop cuts episodes by time; the arm was not moved, so the tool target carries on from what the
     arm holds. Here the arm is blocked (its measured pose never moves) while the planner drives the target away:
     restarting from the measured pose at each new episode would step the target back by the whole tracking error."""
-    from simdist.hardware.state import RobotState
     from simdist.plan.config import load_planner_config, task_action_limits
     from simdist.runtime.deploy import make_actuator
     from simdist.runtime.loop import DeployLoop
