@@ -171,6 +171,41 @@ def test_go2_hardware_path_runs_through_the_safety_filter(go2_model: Path) -> No
     assert np.all(actuator.targets(np.full(12, -100.0)) == lower)  # clipped to the joint range
 
 
+def test_go2_hardware_gains_bound_the_pd_torque_of_a_caught_leg() -> None:
+    """A Go2 leg held in place (caught) while the plan keeps asking it the other way: with the hardware adapter's
+    gains in every command, the filter keeps the torque they imply within the motor's limit."""
+    from simdist.hardware.safety import TORQUE_LIMITED
+    from simdist.robots.go2.hardware import DEFAULT_KD, DEFAULT_KP
+
+    class CaughtGo2:
+        kp, kd = DEFAULT_KP, DEFAULT_KD  # Go2Robot's gains, as its adapter holds them
+        last_target = None
+
+        def send(self, command: object) -> None:
+            self.sent = command
+
+        def hold(self) -> None:
+            pass
+
+    robot = CaughtGo2()
+    actuator = robots.get("go2").actuator(robot, load_task("go2_slope"), lambda: np.zeros(3))
+    _, _, torque = go2.joint_limits()
+    q = go2.STAND_POSE.copy()
+    q[0] = -0.9  # the front right hip pushed out and held there
+    action = np.zeros(12)
+    action[0] = 4.0  # the plan asks it back the other way
+    flags: set[str] = set()
+    for k in range(15):
+        state = RobotState(k * 0.02, q, np.zeros(12), joint_torques=np.zeros(12))
+        flags |= actuator.apply(action, state, now=k * 0.02).flags
+    sent = robot.sent
+    implied = sent.kp * (sent.joint_targets - q) - sent.kd * 0.0
+    assert np.all(np.abs(implied) <= torque + 1e-6) and TORQUE_LIMITED in flags
+    assert sent.joint_targets[0] - q[0] == pytest.approx(
+        torque[0] / DEFAULT_KP
+    )  # held at the limit, not beyond
+
+
 def test_camera_from_a_video_file_and_from_the_simulator(tmp_path: Path) -> None:
     cv2 = pytest.importorskip("cv2")
     path = tmp_path / "clip.avi"

@@ -44,7 +44,11 @@ class SimActuator:
 
 
 class JointActuator:
-    """Joint offsets -> targets = stand + scale * action, clipped to the joint range, through the safety filter."""
+    """Joint offsets -> targets = stand + scale * action, clipped to the joint range, through the safety filter.
+
+    `kp`, `kd`: the PD gains the robot's motors run the targets with (the Go2's low-level command), sent with each
+    command so that the filter bounds the PD torque they imply (kp (target - q) - kd qd within the motor's limit);
+    None where the robot applies gains of its own that are not known here (the simulator's actuators)."""
 
     def __init__(
         self,
@@ -55,8 +59,12 @@ class JointActuator:
         stand_pose: np.ndarray,
         lower: np.ndarray,
         upper: np.ndarray,
+        kp: np.ndarray | None = None,
+        kd: np.ndarray | None = None,
     ) -> None:
         self.robot = robot
+        self.kp = None if kp is None else np.asarray(kp, dtype=np.float64)
+        self.kd = None if kd is None else np.asarray(kd, dtype=np.float64)
         self.action_scale = action_scale
         self.safety = safety
         self.stand_pose = np.asarray(stand_pose, dtype=np.float64)
@@ -69,7 +77,7 @@ class JointActuator:
         )
 
     def apply(self, action: np.ndarray, state: RobotState, now: float) -> Actuation:
-        command = JointCommand(self.targets(action))
+        command = JointCommand(self.targets(action), kp=self.kp, kd=self.kd)
         if self.safety is None:
             self.robot.send(command)
             return Actuation()

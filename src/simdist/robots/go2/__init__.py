@@ -171,6 +171,9 @@ class Go2(RobotDescription):
         from simdist.runtime.actuation import JointActuator
 
         lower, upper, _ = joint_limits()
+        # the hardware adapter's PD gains (Go2Robot.kp / kd), so the filter bounds the torque they imply
+        gains = [getattr(robot, name, None) for name in ("kp", "kd")]
+        kp, kd = (np.full(len(STAND_POSE), float(g)) if isinstance(g, int | float) else None for g in gains)
         return JointActuator(
             robot,
             action_scale=cfg.action_scale,
@@ -178,6 +181,8 @@ class Go2(RobotDescription):
             stand_pose=STAND_POSE,
             lower=lower,
             upper=upper,
+            kp=kp,
+            kd=kd,
         )
 
 
