@@ -177,6 +177,28 @@ def test_unfinished_episode_is_ended_by_the_next_start(tmp_path: Path) -> None:
     assert second["model_version"].tolist() == ["b"]
 
 
+def test_a_step_with_a_non_finite_value_is_dropped_and_splits_its_episode(tmp_path: Path) -> None:
+    """A sensor's NaN logged as it came (an observation), an infinite action: those steps never reach a finetune;
+    the stretches around them keep their true steps and get distinct ids."""
+    from simdist.runtime.real_data import real_episodes
+
+    path = tmp_path / "run"
+    with BagWriter(path, robot="go2") as bag:
+        bag.start_episode(model_version="v0000", stamp_ns=T0)
+        for i in range(7):
+            obs = [float(i), np.nan if i == 2 else 0.0]
+            act = [np.inf if i == 4 else float(i)]
+            bag.append(observation=obs, action=act, command=[1.0], stamp_ns=T0 + 100 * (i + 1))
+        bag.end_episode(success=True, stamp_ns=T0 + 1000)
+    stretches = read_episodes(path)
+    assert [e["step"].tolist() for e in stretches] == [[0, 1], [3], [5, 6]]
+    assert [e["proprio"][:, 0].tolist() for e in stretches] == [[0, 1], [3], [5, 6]]
+    assert len({int(e["segment"][0]) for e in stretches}) == 3
+    episodes = real_episodes([path])
+    assert all(np.isfinite(e[k]).all() for e in episodes for k in ("proprio", "action", "command"))
+    assert len({int(e["episode"][0]) for e in episodes}) == 3
+
+
 def test_writer_refuses_existing_folder_and_changing_sizes(tmp_path: Path) -> None:
     (tmp_path / "run_01").mkdir()
     with pytest.raises(BagError, match="run_01"):

@@ -107,6 +107,31 @@ def test_the_gate_refuses_a_version_that_is_not_better(go2_model: Path, tmp_path
     assert not picky.published and picky.after < picky.before and list_versions(go2_model) == [0]
 
 
+def test_a_diverging_finetune_stops_and_the_gate_judges_the_best_step_before_it(
+    go2_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A training loss that turns NaN (a learning rate too high) stops training at once; nothing NaN is ever
+    stepped into the weights or judged, and the report says why it stopped."""
+    from simdist.runtime import finetune as ft
+
+    bags = _bags(go2_model, tmp_path / "bags")
+    calls = [0]
+    loss = ft.training_loss
+
+    def diverging(*args: Any, **kwargs: Any) -> torch.Tensor:
+        calls[0] += 1
+        value = loss(*args, **kwargs)
+        return value * float("nan") if calls[0] > 50 else value
+
+    monkeypatch.setattr(ft, "training_loss", diverging)
+    report = ft.finetune(go2_model, bags, QUICK)
+    assert report.stopped_by == "diverged" and report.steps == 50 and "diverged at step 51" in report.reason
+    assert np.isfinite(report.gate_after)
+    if report.published:  # the step-40 checkpoint, selected before the loss went bad
+        model = load_checkpoint(go2_model)
+        assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
 def test_the_rate_stays_constant_unless_a_final_share_is_asked_for(
     go2_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

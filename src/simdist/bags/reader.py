@@ -148,7 +148,9 @@ def read_episodes(bag_path: Path | str) -> list[dict[str, np.ndarray]]:
 
     A `ticks_gap` event (ticks the controller missed or the recorder lost) splits an episode: the dicts on either
     side share `episode_index`, differ in `segment` (N,) int64, and `step` counts the lost ticks (it is the tick's
-    true step within the episode), so nothing downstream takes the steps across a hole as consecutive.
+    true step within the episode), so nothing downstream takes the steps across a hole as consecutive. A step whose
+    observation, action or command holds a non-finite value (a sensor's NaN, logged as it came) is such a hole
+    too: it is dropped and the episode split there, so one bad reading cannot reach a finetune.
 
         Raises:
             BagError: naming the bag and, where one is at fault, the topic.
@@ -216,6 +218,12 @@ def read_episodes(bag_path: Path | str) -> list[dict[str, np.ndarray]]:
         for cut, lost in zip(cuts, gap_n[inside], strict=True):
             segment[cut:] += 1
             step[cut:] += lost
+        unreadable = ~(
+            np.isfinite(obs[lo:hi]).all(1)
+            & np.isfinite(act[alo:ahi]).all(1)
+            & np.isfinite(cmd[cmd_idx]).all(1)
+        )
+        segment += np.cumsum(unreadable)  # each such step ends a segment; the next one starts after it
         episode = {
             "proprio": obs[lo:hi],
             "action": act[alo:ahi],
@@ -229,8 +237,8 @@ def read_episodes(bag_path: Path | str) -> list[dict[str, np.ndarray]]:
             "episode_index": np.full(n, index, dtype=np.int64),
             "segment": segment,
         }
-        for seg in np.unique(segment):
-            keep = segment == seg
+        for seg in np.unique(segment[~unreadable]):
+            keep = (segment == seg) & ~unreadable
             episodes.append({key: values[keep] for key, values in episode.items()})
     if not episodes:
         raise BagError(f"{path}: no control steps inside any episode (topic {schema.OBSERVATION})")

@@ -90,7 +90,9 @@ class FinetuneReport:
     heldout_episodes: int  # the gate's episodes (latent_before/after), apart from the selection's
     minutes_of_data: float
     selection_episodes: int = 0  # the episodes that chose the best step
-    stopped_by: str = ""  # what ended training: "steps" (all planned), "patience" or "budget" (max_minutes)
+    # what ended training: "steps" (all planned), "patience", "budget" (max_minutes) or "diverged" (a non-finite
+    # training loss: the best step before it is what the gate judged)
+    stopped_by: str = ""
     train_seconds: float = 0.0  # the training loop's time: what the budget counts
     # what the gate compared where it is not the latent error alone (dynamics_reward_weight > 0): its name, and its
     # value for the current and the finetuned dynamics on the gate's episodes
@@ -297,6 +299,10 @@ def finetune(
             loss = full_loss(model, batch)
         else:
             loss = training_loss(model, batch, bootstrap, reward_weight, value_weight, head_weights, anchor)
+        if not torch.isfinite(loss):  # diverged: the gate judges the best step before it, never a NaN model
+            say(f"step {step + 1}/{total}: training loss {float(loss.detach())}; training stops here")
+            stopped_by = "diverged"
+            break
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, options.grad_clip)
@@ -372,6 +378,8 @@ def finetune(
         )
     if any(weights.values()):
         reason += f" (latent error {before.mean():.5f} -> {after.mean():.5f})"
+    if stopped_by == "diverged":
+        reason += f"; training diverged at step {step + 1} (a non-finite loss: lower the learning rate)"
     report = FinetuneReport(
         model=str(folder),
         bags=[str(b) for b in bags],
