@@ -222,6 +222,31 @@ def test_killing_the_worker_mid_write_leaves_no_half_version(go2_model: Path, tm
     load_checkpoint(go2_model)  # the checkpoint still loads
 
 
+def test_waiting_for_a_worker_that_died_without_reporting_raises(go2_model: Path) -> None:
+    """`wait()` with no timeout (as `simdist adapt` calls it) ends in a FinetuneError when the worker is killed
+    before it reports, instead of blocking forever."""
+    import threading
+
+    from worker_targets import die_without_reporting
+
+    options = FinetuneOptions(lr=1e-3, max_steps=30, eval_every=10, warmup_steps=5, val_fraction=0.2)
+    worker = FinetuneWorker(go2_model, [], options).start(target=die_without_reporting)
+    outcome: list[BaseException | None] = []
+
+    def waiting() -> None:
+        try:
+            worker.wait()
+            outcome.append(None)
+        except FinetuneError as exc:
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=waiting, daemon=True)
+    waiter.start()
+    waiter.join(120.0)
+    assert not waiter.is_alive() and len(outcome) == 1  # it returned ...
+    assert isinstance(outcome[0], FinetuneError) and "died" in str(outcome[0])  # ... saying why
+
+
 def test_a_version_that_fails_validation_in_any_way_is_refused_once_with_its_reason(
     go2_model: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -24,3 +24,8 @@ def die_while_writing(model_dir: str, bags: list[str], options: dict[str, Any], 
 
     checkpoint.save_file = half_then_die
     worker._main(model_dir, bags, options, results)
+
+
+def die_without_reporting(model_dir: str, bags: list[str], options: dict[str, Any], results: Any) -> None:
+    """A worker killed before it reports anything (the kernel's OOM killer, a crash in native code)."""
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing as mp
 import queue
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -94,12 +95,17 @@ class FinetuneWorker:
         return payload
 
     def wait(self, timeout: float | None = None) -> dict[str, Any]:
-        """Block until the worker finishes; returns its report (a dict)."""
-        if self._outcome is None:
+        """Block until the worker finishes; returns its report (a dict). A worker that dies without reporting
+        (killed for memory, a crash in native code) raises FinetuneError within a second, not never."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._outcome is None:
+            left = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
             try:
-                self._outcome = self._results.get(timeout=timeout)
+                self._outcome = self._results.get(timeout=max(left, 0.0))
             except queue.Empty:
-                if self.alive:
+                if not self.alive:
+                    break  # poll() below takes a result that landed late, or says the worker died
+                if deadline is not None and time.monotonic() >= deadline:
                     raise FinetuneError(f"finetune worker still running after {timeout} s") from None
         if self.process is not None:
             self.process.join(timeout=10.0)
