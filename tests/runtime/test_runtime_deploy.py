@@ -121,6 +121,46 @@ def test_ctrl_c_stops_safely_and_leaves_a_complete_bag(go2_model: Path, tmp_path
     assert (Path(result.bag) / "metadata.yaml").is_file()
 
 
+def test_the_robot_is_stopped_whatever_fails_on_the_way_out_and_never_connected_for_bad_settings(
+    go2_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second Ctrl-C while the model store's watcher is stopped still stops the robot (last, after the bag is
+    closed); a planner setting that is refused is refused before any robot is connected."""
+    from simdist.errors import ConfigError
+    from simdist.hardware.sim_robot import SimRobot
+    from simdist.runtime import deploy
+    from simdist.runtime.store import ModelStore
+
+    robot = SimRobot("go2_slope", "sim", seed=0)
+    calls: list[str] = []
+    stop = robot.stop
+    monkeypatch.setattr(robot, "stop", lambda: (calls.append("robot.stop"), stop())[1])
+
+    def interrupted_again(self: ModelStore) -> None:
+        calls.append("store.stop")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ModelStore, "stop", interrupted_again)
+    with pytest.raises(KeyboardInterrupt):
+        run_deploy(
+            "go2_slope",
+            "sim:sim",
+            go2_model,
+            ticks=3,
+            robot=robot,
+            bag_dir=tmp_path / "bags",
+            planner_overrides=FAST_PLANNER,
+        )
+    assert calls == ["store.stop", "robot.stop"]
+    assert (next((tmp_path / "bags").iterdir()) / "metadata.yaml").is_file()  # the bag was closed first
+
+    connected: list[str] = []
+    monkeypatch.setattr(deploy, "make_robot", lambda *a, **k: connected.append("robot") or robot)
+    with pytest.raises(ConfigError):
+        run_deploy("go2_slope", "sim:sim", go2_model, ticks=3, planner_overrides={"num_samples": "many"})
+    assert connected == []
+
+
 def test_a_slow_planner_in_real_time_misses_ticks_and_runs_the_last_plan(
     go2_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

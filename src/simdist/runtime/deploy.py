@@ -8,6 +8,7 @@ hardware always runs in real time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -130,23 +131,30 @@ def run_deploy(
             f"{store.folder}: the model takes {store.model.obs_dim} observations, a {cfg.robot} measures "
             f"{_proprio_dim(cfg.robot)} (a model for another robot?)"
         )
-    if robot is None:
-        robot = make_robot(
-            robot_spec, cfg, seed=seed, overrides=overrides, realtime=realtime, commands=commands
-        )
-    if hasattr(robot, "command") and command is None:
-        command_fn: Callable[[], np.ndarray] = robot.command
-    else:
-        fixed = np.asarray(command if command is not None else default_command(cfg), dtype=np.float32)
-        command_fn = fixed.copy
+    # what can be refused is refused before a robot is connected (a UR5e's control script is uploaded on connect)
     planner_cfg, adapted_cfg = load_planner_configs(
         planner, cfg.robot, {**dict(planner_overrides or {}), "horizon": store.model.horizon}, task=cfg.task
     )
     limits = task_action_limits(cfg)
-    camera_ingest = _camera(camera, robot, cfg)
+    fixed = np.asarray(command if command is not None else default_command(cfg), dtype=np.float32)
+    if robot is None:
+        robot = make_robot(
+            robot_spec, cfg, seed=seed, overrides=overrides, realtime=realtime, commands=commands
+        )
+    command_fn: Callable[[], np.ndarray] = (
+        robot.command if hasattr(robot, "command") and command is None else fixed.copy
+    )
     bag: BagWriter | None = None
     interrupted = False
-    try:
+    # Whatever fails or is interrupted from here on, the robot is stopped last, after every other thing was closed
+    # (each close runs even if one before it raised).
+    with contextlib.ExitStack() as closing:
+        closing.callback(robot.stop)
+        if own_store:
+            closing.callback(store.stop)
+        camera_ingest = _camera(camera, robot, cfg)
+        if camera_ingest is not None:
+            closing.callback(camera_ingest.close)
         if own_store:
             store.start()
         if bag_dir is not None:
@@ -164,6 +172,7 @@ def run_deploy(
                     "realtime": realtime,
                 },
             ).open()
+            closing.callback(lambda run=bag: run.close(reason="KeyboardInterrupt" if interrupted else None))
         loop = DeployLoop(
             robot=robot,
             robot_kind=cfg.robot,
@@ -190,16 +199,6 @@ def run_deploy(
         except KeyboardInterrupt:
             interrupted = True
             stats = loop.stats
-    finally:
-        try:
-            if bag is not None:
-                bag.close(reason="KeyboardInterrupt" if interrupted else None)
-        finally:
-            if camera_ingest is not None:
-                camera_ingest.close()
-            if own_store:
-                store.stop()
-            robot.stop()
     return DeployResult(
         stats=stats,
         bag=bag.path if bag else None,

@@ -4,6 +4,7 @@ frames from OpenCV (a device index or a URL) or from the simulator.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -15,6 +16,8 @@ import numpy as np
 from simdist import robots
 from simdist.errors import RobotConnectionError
 from simdist.hardware.state import RobotState
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -141,5 +144,10 @@ class CameraIngest:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2.0)
+            if self._thread.is_alive():  # blocked in read() on a dead stream: releasing under it is not safe
+                log.warning(
+                    "camera: the grabber is still blocked in a read; the capture is left to the process"
+                )
+                return
         if self._capture is not None:
             self._capture.release()
