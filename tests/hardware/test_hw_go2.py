@@ -62,6 +62,42 @@ def test_lowcmd_default_gains_and_reuse() -> None:
         go2.build_lowcmd(JointCommand(np.zeros(6)))
 
 
+def test_no_nan_reaches_the_motors_and_an_unknown_joint_is_damped_not_held() -> None:
+    """A first lowstate with a NaN joint position: the hold damps that joint (kp 0 at the stop position) and holds
+    the others; nothing held is remembered as a target; a command with a NaN is refused before it is built."""
+    pytest.importorskip("unitree_sdk2py", reason="unitree-sdk2py-dimos not installed")
+    from simdist.hardware.safety import SafetyFilter
+    from simdist.hardware.state import RobotState
+    from simdist.robots.go2 import STAND_POSE, safety_limits
+
+    q = STAND_POSE.copy()
+    q[4] = np.nan
+    state = RobotState(timestamp=0.0, joint_positions=q, joint_velocities=np.zeros(12))
+    written: list[tuple[float, float, float]] = []
+
+    class Publisher:
+        def Write(self, msg: object) -> bool:  # noqa: N802 - the SDK's name
+            written.append([(m.q, m.kp, m.kd) for m in msg.motor_cmd[:12]])  # type: ignore[attr-defined]
+            return True
+
+    robot = go2.Go2Robot()
+    robot._publisher = Publisher()
+    robot._latest = (object(), 0.0)
+    robot.read = lambda: state  # type: ignore[method-assign]
+    robot.hold()
+    (sent,) = written
+    assert all(np.isfinite(value) for motor in sent for value in motor)
+    assert sent[4] == (go2.POS_STOP_F, 0.0, pytest.approx(robot.damping_kd))
+    assert sent[3] == (pytest.approx(q[3]), robot.kp, pytest.approx(robot.kd))
+    assert robot.last_target is None  # a later hold does not hold the stop position at kp 25
+    robot.damp()
+    assert all(np.isfinite(value) for motor in written[-1] for value in motor) and written[-1][4][1] == 0.0
+    with pytest.raises(ValueError, match="non-finite targets"):
+        go2.build_lowcmd(JointCommand(q))
+    with pytest.raises(ValueError, match="non-finite"):
+        SafetyFilter(safety_limits(), 50.0).reset(state)
+
+
 @pytest.mark.slow
 def test_loopback_against_emulator_over_cyclonedds() -> None:
     pytest.importorskip("unitree_sdk2py", reason="unitree-sdk2py-dimos not installed")

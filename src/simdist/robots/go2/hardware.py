@@ -8,6 +8,7 @@ cyclonedds 0.10.x with Unitree's unitree_sdk2py (same modules and calls as the `
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -17,6 +18,8 @@ import numpy as np
 from simdist.errors import RobotConnectionError
 from simdist.hardware.state import JointCommand, RobotState
 from simdist.robots.go2 import JOINT_NAMES
+
+log = logging.getLogger(__name__)
 
 NUM_MOTORS = 12
 LOWCMD_TOPIC = "rt/lowcmd"
@@ -72,6 +75,9 @@ def build_lowcmd(
     kp = command.kp if command.kp is not None else np.full(NUM_MOTORS, default_kp)
     kd = command.kd if command.kd is not None else np.full(NUM_MOTORS, default_kd)
     tau = command.torque_ff if command.torque_ff is not None else np.zeros(NUM_MOTORS)
+    for name, values in (("targets", command.joint_targets), ("kp", kp), ("kd", kd), ("torque", tau)):
+        if not np.isfinite(np.asarray(values, dtype=np.float64)).all():  # never to the motors
+            raise ValueError(f"Go2 command has non-finite {name}: {np.asarray(values).tolist()}")
     cmd = msg if msg is not None else sdk["new_lowcmd"]()
     cmd.head[0], cmd.head[1] = HEAD
     cmd.level_flag = LEVEL_LOW
@@ -202,16 +208,28 @@ class Go2Robot:
         return None if self._last_target is None else self._last_target.copy()
 
     def hold(self) -> None:
-        """PD-hold the last target sent, or the measured posture if none was sent yet."""
+        """PD-hold the last target sent, or the measured posture if none was sent yet; a joint whose measured
+        position is not finite is damped instead (kp 0 at Unitree's stop position), never held at NaN."""
         target = self._last_target if self._last_target is not None else self.read().joint_positions
-        self.send(JointCommand(target, kp=np.full(NUM_MOTORS, self.kp), kd=np.full(NUM_MOTORS, self.kd)))
+        kp, kd = np.full(NUM_MOTORS, self.kp), np.full(NUM_MOTORS, self.kd)
+        unknown = ~np.isfinite(target)
+        if unknown.any():
+            log.warning(
+                "Go2: no finite position to hold for joints %s; damping them", np.flatnonzero(unknown)
+            )
+            kp[unknown], kd[unknown] = 0.0, self.damping_kd
+            # not a target to hold later (only the measurement was unknown: nothing was sent before)
+            self._publish(JointCommand(np.where(unknown, POS_STOP_F, target), kp=kp, kd=kd))
+            return
+        self.send(JointCommand(target, kp=kp, kd=kd))
 
     def damp(self) -> None:
         """Damping mode (kp 0, kd `damping_kd`): the motors only resist motion and the robot sinks down slowly.
         The safe stop when commands stopped coming; the channels stay open, so the state is still read."""
         if self._publisher is not None and self._latest is not None:
+            measured = self.read().joint_positions
             damping = JointCommand(
-                self.read().joint_positions,
+                np.where(np.isfinite(measured), measured, POS_STOP_F),  # kp 0: the position is not used
                 kp=np.zeros(NUM_MOTORS),
                 kd=np.full(NUM_MOTORS, self.damping_kd),
             )
