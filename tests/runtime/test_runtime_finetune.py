@@ -753,3 +753,23 @@ def test_finetune_command_publishes_into_a_working_copy_unless_in_place(
         p.name: _hash(p) for p in go2_model.rglob("*") if p.is_file() and "reports" not in p.parts
     } == before
     assert main([*args, "--in-place"]) == 0 and current_version(go2_model) == 1
+
+
+def test_a_bag_that_does_not_fit_the_model_leaves_no_working_copy(
+    go2_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused inside the finetune (the bag's sizes are another robot's): one line, exit 2, and nothing of the
+    working copy is left behind (nor any partial copy)."""
+    from simdist.bags import BagWriter
+    from simdist.cli import main
+
+    bag = tmp_path / "bags" / "run_01"
+    with BagWriter(bag, robot="go2") as writer:
+        writer.start_episode(model_version="v0000")
+        for i in range(40):
+            writer.append(observation=np.full(3, i, float), action=np.zeros(2), command=np.zeros(1))
+        writer.end_episode(success=True)
+    monkeypatch.chdir(tmp_path)
+    assert main(["finetune", "--model", str(go2_model), "--bag", str(bag), "--max-steps", "5"]) == 2
+    assert "has 3 values, the model takes" in capsys.readouterr().err
+    assert not (tmp_path / "runs" / "models").exists() or not any((tmp_path / "runs" / "models").iterdir())

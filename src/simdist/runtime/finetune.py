@@ -27,6 +27,7 @@ import copy
 import dataclasses
 import json
 import math
+import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -533,7 +534,11 @@ def working_copy(model: Path, out: Path | None) -> Path:
         )
     read_description(model)  # a clear error for a folder that is no model, before copying anything
     out.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(model, out, ignore=shutil.ignore_patterns("reports", atomic.TMP_PATTERN))
+    # copied beside it and renamed into place: an interrupted copy never looks like a model
+    partial = out.parent / f".{out.name}.copy-{os.getpid()}.tmp"
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(model, partial, ignore=shutil.ignore_patterns("reports", atomic.TMP_PATTERN))
+    os.replace(partial, out)
     return out
 
 
@@ -552,9 +557,14 @@ def run(args: argparse.Namespace) -> int:
         folder = args.model if args.in_place else working_copy(args.model, args.out)
         if folder != args.model:
             print(f"finetuning a working copy: {folder} (of {args.model}; --in-place updates that folder)")
-    report = finetune(
-        folder, args.bags, options, out=args.out if own else None, log=lambda m: print(m, flush=True)
-    )
+    try:
+        report = finetune(
+            folder, args.bags, options, out=args.out if own else None, log=lambda m: print(m, flush=True)
+        )
+    except BaseException:
+        if folder != args.model and not own:  # refused or interrupted: no working copy left for nothing
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
     if report.version is None:
         outcome = "nothing published"
     elif own:
