@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import sys
 from collections.abc import Sequence
 
@@ -96,11 +97,25 @@ def add_overrides_argument(parser: argparse.ArgumentParser, help: str = "overrid
     )
 
 
+def positive_float(text: str) -> float:
+    """argparse type: a finite number above zero (a duration), else argparse's one-line usage error."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text}")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one `simdist` command and return its exit status; never ends the calling process (tests and other
     programs call it). The `simdist` executable is `run`."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse's one-line usage error (2), or --help (0)
+        return exc.code if isinstance(exc.code, int) else 2
     try:
         return int(args._run(args) or 0)
     except SimdistError as exc:

@@ -104,6 +104,10 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "unknown profile 'nope'" in capsys.readouterr().err
     assert main(["finetune", "--model", str(tmp_path), "--bag", str(tmp_path / "run_01")]) == 2
     assert "no such bag" in capsys.readouterr().err
+    for verb in ("adapt", "deploy"):  # a duration that is no duration: refused before anything runs
+        for minutes in ("0", "-1", "nan", "inf"):
+            assert main([verb, "--task", "go2_slope", "--minutes", minutes]) == 2
+            assert f"--minutes: must be a finite number above 0, got {minutes}" in capsys.readouterr().err
 
 
 def _deploy_args(model: Path, minutes: str) -> list[str]:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from simdist import atomic, robots
-from simdist.cli import add_overrides_argument
+from simdist.cli import add_overrides_argument, positive_float
 from simdist.errors import ConfigError
 from simdist.runtime.deploy import DeployLoop, resolve_model, run_deploy
 from simdist.runtime.finetune_options import FinetuneOptions, add_option_arguments, options_from_args
@@ -262,7 +262,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", required=True, help="task name (config/tasks/<task>.yaml)")
     parser.add_argument("--profile", required=True, help="the robot: sim:<profile> (e.g. ptfe, foam, real)")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--minutes", type=float, default=15.0, help="robot minutes logged per round")
+    parser.add_argument("--minutes", type=positive_float, default=15.0, help="robot minutes logged per round")
     parser.add_argument(
         "--model", type=Path, default=None, help="starting checkpoint (default: models/<task>/)"
     )

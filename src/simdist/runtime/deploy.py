@@ -20,7 +20,7 @@ import numpy as np
 
 from simdist import robots
 from simdist.bags.writer import BagWriter, next_run_dir
-from simdist.cli import add_overrides_argument
+from simdist.cli import add_overrides_argument, positive_float
 from simdist.errors import CheckpointError, ConfigError
 from simdist.plan.config import load_planner_configs, task_action_limits
 from simdist.runtime.actuation import Actuator, SimActuator
@@ -252,7 +252,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lock-memory", action="store_true", help="real time: mlockall, no page faults during a tick"
     )
-    parser.add_argument("--minutes", type=float, default=1.0, help="robot time to run (default 1)")
+    parser.add_argument("--minutes", type=positive_float, default=1.0, help="robot time to run (default 1)")
     parser.add_argument(
         "--bag-dir",
         type=Path,
