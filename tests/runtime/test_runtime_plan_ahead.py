@@ -154,3 +154,31 @@ def test_real_time_a_plan_longer_than_the_deadline_is_fresh_only_when_planned_ah
         assert stats.fresh <= 0.2 * stats.ticks and stats.late > 0.5 * stats.ticks, stats.summary()
         # it waited out the deadline, most of a plan
         assert np.median(stats.act_seconds) > 0.7 * np.median(stats.plan_seconds), stats.summary()
+
+
+def test_a_plan_that_finished_a_moment_ago_is_still_outstanding_until_taken() -> None:
+    """The planner thread goes idle just before it puts its result: in that moment a tick planning ahead must
+    still wait for the result (and adopt it) rather than count the plan as late."""
+    import queue
+    import threading
+
+    from simdist.runtime.plan_thread import PlanThread
+
+    class SlowToPut(queue.Queue):  # type: ignore[type-arg]
+        def put(self, item: object, block: bool = True, timeout: float | None = None) -> None:
+            time.sleep(0.2)  # the thread is idle already, its result not yet put
+            super().put(item, block, timeout)
+
+    thread = PlanThread(lambda job: job)  # type: ignore[arg-type, return-value]
+    thread.results = SlowToPut()
+    thread.submit("job")  # type: ignore[arg-type]
+    idle = threading.Event()
+    for _ in range(100):
+        if not thread.busy:
+            idle.set()
+            break
+        time.sleep(0.001)
+    assert idle.is_set() and thread.outstanding  # idle, yet its result is still to be taken
+    job, result, _ = thread.take(5.0)
+    assert job == result == "job" and not thread.outstanding
+    thread.close()

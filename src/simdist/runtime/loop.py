@@ -235,7 +235,7 @@ class DeployLoop:
         assert self._thread is not None
         while True:
             try:
-                job, result, seconds = self._thread.results.get_nowait()
+                job, result, seconds = self._thread.take(0)
             except queue.Empty:
                 return
             self._adopt(job, result, seconds)
@@ -254,9 +254,9 @@ class DeployLoop:
             return  # lockstep computed it in full at the end of the last tick
         assert self._thread is not None
         self._adopt_finished()
-        if self._thread.busy and deadline is not None:
+        if self._thread.outstanding and deadline is not None:
             try:
-                job, result, seconds = self._thread.results.get(timeout=max(deadline - time.monotonic(), 0.0))
+                job, result, seconds = self._thread.take(max(deadline - time.monotonic(), 0.0))
             except queue.Empty:
                 return
             self._adopt(job, result, seconds)
@@ -286,7 +286,7 @@ class DeployLoop:
                 self._thread.submit(self._job(k, command, image))
                 submitted = True
             try:
-                job, result, seconds = self._thread.results.get(timeout=max(deadline - time.monotonic(), 0.0))
+                job, result, seconds = self._thread.take(max(deadline - time.monotonic(), 0.0))
             except queue.Empty:
                 return
             self._adopt(job, result, seconds)

@@ -58,6 +58,8 @@ class PlanThread:
         self.results: queue.Queue[tuple[PlanJob, Plan | BaseException, float]] = queue.Queue()
         self._idle = threading.Event()
         self._idle.set()
+        self._submitted = 0  # jobs submitted, and their results taken (`take`): outstanding = the difference
+        self._taken = 0
         self._thread = threading.Thread(target=self._work, name="planner", daemon=True)
         self._thread.start()
 
@@ -65,9 +67,22 @@ class PlanThread:
     def busy(self) -> bool:
         return not self._idle.is_set()
 
+    @property
+    def outstanding(self) -> bool:
+        """A submitted job whose result has not been taken yet (running, or finished a moment ago: the thread goes
+        idle just before its result is put)."""
+        return self._submitted > self._taken
+
     def submit(self, job: PlanJob) -> None:
         self._idle.clear()
+        self._submitted += 1
         self._jobs.put(job)
+
+    def take(self, timeout: float = 0.0) -> tuple[PlanJob, Plan | BaseException, float]:
+        """The next result (`timeout` 0: only one already there); raises queue.Empty when none comes in time."""
+        result = self.results.get(timeout=timeout) if timeout > 0 else self.results.get_nowait()
+        self._taken += 1
+        return result
 
     def _work(self) -> None:
         if self._scheduling is not None and self._scheduling.requested:
