@@ -136,8 +136,11 @@ def test_the_robot_is_stopped_whatever_fails_on_the_way_out_and_never_connected_
     stop = robot.stop
     monkeypatch.setattr(robot, "stop", lambda: (calls.append("robot.stop"), stop())[1])
 
-    def interrupted_again(self: ModelStore) -> None:
+    stop_store = ModelStore.stop
+
+    def interrupted_again(self: ModelStore) -> None:  # the watcher stopped, then the second Ctrl-C
         calls.append("store.stop")
+        stop_store(self)
         raise KeyboardInterrupt
 
     monkeypatch.setattr(ModelStore, "stop", interrupted_again)
