@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from simdist.data import InMemoryEpisodes, WindowSampler, held_out, split_episodes
+from simdist.train.losses import loss_masks
 
 H, T = 4, 3
 
@@ -49,15 +50,23 @@ def test_windows_never_cross_episodes_and_pad_correctly():
                 assert b.obs_hist[i, h, 1] == 0 and (b.act_hist[i, h] == 0).all()
         for k in range(T):
             real = ti + k + 1 <= n - 1
-            assert bool(b.future_mask[i, k]) == real
+            exists = ti + k <= n - 1  # step t+k itself: its action and reward, even the episode's last
+            assert bool(b.future_mask[i, k]) == real and bool(b.step_mask[i, k]) == exists
             assert b.future_obs[i, k, 1] == min(ti + k + 1, n - 1)  # past the end: the last observation
-            if real:
+            if exists:
                 assert b.actions[i, k, 0] == 1000 * e + ti + k + 1
                 assert b.reward[i, k] == 100 * e + ti + k
+            else:
+                assert (b.actions[i, k] == 0).all() and b.reward[i, k] == 0
+            if real:
                 assert b.value[i, k] == -100 * e - (ti + k + 1)
                 assert bool(b.expert_flag[i, k]) == ((ti + k) % 5 != 4)
             else:
-                assert (b.actions[i, k] == 0).all() and b.reward[i, k] == 0 and not b.expert_flag[i, k]
+                assert b.value[i, k] == 0 and not b.expert_flag[i, k]
+        last = n - 1 - ti  # the chunk position of the episode's last step, when the window reaches it
+        if last < T:
+            assert loss_masks(b[i : i + 1])["reward"][0, last] == 1  # the last step's reward is trained on
+            assert loss_masks(b[i : i + 1])["dynamics"][0, last] == 0  # nothing follows it to predict
     assert b.obs_hist.dtype == torch.float32 and b.hist_mask.dtype == torch.bool
     assert b.obs_hist.shape == (len(sampler), H, 3) and b.actions.shape == (len(sampler), T, 2)
 

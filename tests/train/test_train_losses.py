@@ -19,17 +19,23 @@ from simdist.train.schedule import learning_rate
 def test_behaviour_cloning_mask_stops_at_first_non_expert_step():
     flags = torch.tensor([[True, True, False, True], [True, True, True, True]])
     future = torch.tensor([[True, True, True, True], [True, True, True, False]])
-    batch = type("B", (), {"expert_flag": flags & future, "future_mask": future})()
+    exists = torch.ones_like(future)  # every step of the chunk exists; the last one's successor may not
+    batch = type("B", (), {"expert_flag": flags & future, "future_mask": future, "step_mask": exists})()
     masks = loss_masks(batch)
     assert masks["action"].tolist() == [[1, 1, 0, 0], [1, 1, 1, 0]]
     assert masks["dynamics"].tolist() == future.float().tolist()
+    assert masks["reward"].tolist() == [[1, 1, 1, 1], [1, 1, 1, 1]]  # an episode's last step earns its reward
 
 
 def test_behaviour_cloning_with_labels_counts_the_step_the_expert_reached():
     flags = torch.tensor([[True, True, False, True], [False, True, True, True]])
     future = torch.tensor([[True, True, True, True], [True, True, True, False]])
     labels = torch.zeros(2, 4, 3)
-    batch = type("B", (), {"expert_flag": flags & future, "future_mask": future, "expert_action": labels})()
+    batch = type(
+        "B",
+        (),
+        {"expert_flag": flags & future, "future_mask": future, "step_mask": future, "expert_action": labels},
+    )()
     # step k counts while steps 0..k-1 were the expert's own: the label at a noised step still does
     assert loss_masks(batch)["action"].tolist() == [[1, 1, 1, 0], [1, 0, 0, 0]]
 

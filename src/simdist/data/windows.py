@@ -34,7 +34,10 @@ class WindowBatch:
     reward: torch.Tensor  # (B, T) rewards t..t+T-1
     value: torch.Tensor  # (B, T) expert critic at t+1..t+T
     expert_flag: torch.Tensor  # (B, T) expert acting, not noised, at t..t+T-1
-    future_mask: torch.Tensor  # (B, T) True where step t+k+1 exists
+    future_mask: torch.Tensor  # (B, T) True where step t+k+1 exists (what the latent and value terms need)
+    # (B, T) True where step t+k exists: its action and reward are real even at an episode's last step, the one
+    # that carries a fall's penalty (the reward term needs z_{t+k} and a_{t+k}, not what follows)
+    step_mask: torch.Tensor
     image: torch.Tensor | None = None  # (B, 64, 64, 3) uint8 at t
     future_image: torch.Tensor | None = None  # (B, T, 64, 64, 3) uint8 at t+1..t+T
     # (B, T, A) the final expert's action at t..t+T-1, zero past the end (DAgger's labels, when asked for)
@@ -181,6 +184,7 @@ class WindowSampler:
         h, horizon = self.history, self.horizon
         hist_mask = real[:, :h]
         future_mask = real[:, h + 1 :]
+        step_mask = real[:, h : h + horizon]
         chunk = slice(h, h + horizon)  # steps t..t+T-1
         act = np.where(real[..., None], g["action"], 0.0).astype(np.float32)  # padded actions are zero
         image = future_image = None
@@ -193,12 +197,13 @@ class WindowSampler:
             hist_mask=_t(hist_mask),
             obs=_t(g["proprio"][:, h]),
             future_obs=_t(g["proprio"][:, h + 1 :]),
-            actions=_t(act[:, chunk] * future_mask[..., None]),
+            actions=_t(act[:, chunk]),  # zero past the end
             command=_t(g["command"][:, chunk]),
-            reward=_t(np.where(future_mask, g["reward"][:, chunk], 0.0).astype(np.float32)),
+            reward=_t(np.where(step_mask, g["reward"][:, chunk], 0.0).astype(np.float32)),
             value=_t(np.where(future_mask, g["value"][:, h + 1 :], 0.0).astype(np.float32)),
             expert_flag=_t(g["expert_flag"][:, chunk] & future_mask),
             future_mask=_t(future_mask),
+            step_mask=_t(step_mask),
             image=image,
             future_image=future_image,
             expert_action=(

@@ -109,7 +109,10 @@ def measured_errors(
     else:
         out = model.value(members.flatten(0, 1), command_n)
         target = n.normalize("value", batch.value)
-    measured = (torch.isfinite(target) & batch.future_mask.bool()).float()
+    exists = (
+        batch.step_mask if head == "reward" else batch.future_mask
+    )  # a reward needs step t+k, a return t+k+1
+    measured = (torch.isfinite(target) & exists.bool()).float()
     return (out.unflatten(0, (k, -1)) - torch.nan_to_num(target)).pow(2), measured
 
 
@@ -175,7 +178,7 @@ class FullFinetuneLoss:
             target = self.target(n.normalize("obs", batch.future_obs), batch.future_image)
             taught = self.teacher(batch) if self.anchor > 0 else None
         loss = masked_mean((out["latent"] - target).pow(2).mean(-1), batch)
-        measured = torch.isfinite(out["reward_target"]) & batch.future_mask.bool()
+        measured = torch.isfinite(out["reward_target"]) & batch.step_mask.bool()
         if self.reward > 0 and measured.any():
             error = (out["reward"] - torch.nan_to_num(out["reward_target"])).pow(2)
             loss = loss + self.reward * (error * measured).sum() / measured.sum()
