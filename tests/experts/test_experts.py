@@ -106,3 +106,20 @@ def test_scripted_peg_expert(tmp_path):
     assert tuner.train(8) == 1 and tuner.env.env_steps == 8
     assert not torch.equal(tuner.actor_state()["mlp.0.weight"], saved["mlp.0.weight"])
     tuner.close()
+
+
+def test_evaluation_takes_each_members_episodes_in_rounds_not_in_the_order_they_finish():
+    """A third of the members (those commanded 0.7 m/s) flail and fall at once, the rest stand: the fall rate is a
+    third however many episodes are counted, not the share of the falls that finish first."""
+    rng = np.random.default_rng(0)
+
+    def policy(obs):
+        actions = np.zeros((len(obs["command"]), 12), np.float32)
+        fast = obs["command"][:, 0] > 0.6
+        actions[fast] = rng.normal(0.0, 2.0, (int(fast.sum()), 12))
+        return actions
+
+    cfg = load_task("go2_foam", {"episode_seconds": 2.0})
+    for episodes in (12, 24):  # one round of 12 members, then two
+        result = evaluate(policy, cfg, "sim", episodes, seed=10000, num_envs=12)
+        assert result["fall_rate"] == pytest.approx(1 / 3), (episodes, result)

@@ -85,3 +85,28 @@ def test_an_unknown_precision_is_one_clear_error() -> None:
     assert base.precision == "float32"
     with pytest.raises(ConfigError, match="precision"):
         dataclasses.replace(base, precision="int8")
+
+
+def test_bfloat16_heads_are_denormalised_in_float32(shipped) -> None:
+    """The heads run in bf16, but raw units come from their outputs in float32: a Go2 value (std 1, mean 5.4)
+    rounded to bf16 after denormalising moves by 0.03, more than one step's reward."""
+    obs_hist, act_hist, mask, obs, _ = _inputs(shipped, 1)[0]
+    chunks = 0.8 * torch.randn(
+        32, shipped.horizon, shipped.act_dim, generator=torch.Generator().manual_seed(1)
+    )
+    command = torch.tensor([0.5, 0.0, 0.0])[None, None].expand(1, shipped.horizon, -1)
+    n = shipped.normalizer
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        ctx = shipped.context(obs_hist, act_hist, mask, obs).expand(32)
+        latents = shipped.predict(ctx, chunks)
+        reward, value = shipped.score(ctx, latents, chunks, command, last_value_only=True)
+        raw_reward, raw_value = shipped._score(
+            ctx,
+            latents,
+            n.normalize("action", chunks),
+            n.normalize("command", command).expand(32, -1, -1),
+            last_value_only=True,
+        )
+    assert raw_value.dtype == torch.bfloat16 and reward.dtype == value.dtype == torch.float32
+    assert torch.equal(value, n.denormalize("value", raw_value.float()))
+    assert torch.equal(reward, n.denormalize("reward", raw_reward.float()))

@@ -160,7 +160,9 @@ class WorldModel(nn.Module):
             n.normalize("command", command).expand(latents.shape[0], -1, -1),
             last_value_only=last_value_only,
         )
-        return n.denormalize("reward", reward), n.denormalize("value", value)
+        # back to raw units in float32 (under bfloat16 autocast the heads' outputs are bfloat16: a Go2 value
+        # rounded there moves by more than one step's reward)
+        return n.denormalize("reward", reward.float()), n.denormalize("value", value.float())
 
     def propose(self, ctx: Context, command: torch.Tensor) -> torch.Tensor:
         """Raw commands (1 or N, T, C) -> the base policy's raw action chunk (N, T, A), N = max(command rows, B)."""
