@@ -106,6 +106,7 @@ class Go2Env(SimVecEnv):
         self._s_quat = slice(sens["imu_quat"][0], sens["imu_quat"][0] + 4)
         self._s_vel = slice(sens["base_linvel"][0], sens["base_linvel"][0] + 3)
         self._s_feet = [sens[f"{leg}_foot_force"][0] for leg in LEGS]
+        # trunk and head first (what a fall is), then the thighs (measured, not a fall: see `_fell`)
         self._s_fall = [sens["trunk_touch"][0], sens["head_touch"][0]] + [
             sens[f"{leg}_thigh_touch"][0] for leg in LEGS
         ]
@@ -225,10 +226,16 @@ class Go2Env(SimVecEnv):
         return progress
 
     def _fell(self) -> np.ndarray:
+        """A fall: tilted beyond `max_tilt_deg`, the trunk or head touching anything, or the base closer than
+        `min_base_height` to the ground plane (along its normal). A thigh on the ground is not one: on soft ground an
+        upright robot's thighs touch it."""
         s, t = self._last_state, self.cfg.termination
         tilted = s["gravity"][:, 2] > -math.cos(math.radians(t.get("max_tilt_deg", 60.0)))
-        touched = (s["fall_force"] > t.get("contact_force_n", 1.0)).any(axis=1)
-        return tilted | touched
+        touched = (s["fall_force"][:, :2] > t.get("contact_force_n", 1.0)).any(axis=1)  # trunk, head
+        theta = self._slopes()
+        normal = np.stack([-np.sin(theta), np.zeros_like(theta), np.cos(theta)], axis=1)
+        low = np.einsum("ni,ni->n", s["pos"], normal) < t.get("min_base_height", 0.0)
+        return tilted | touched | low
 
     def reward(self, actions: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         s, w = self._last_state, self.cfg.reward
