@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from simdist.cli import main
+from simdist.errors import ConfigError
 from simdist.experiment import grid
 from simdist.model.checkpoint import current_version, load_checkpoint, publish_dynamics
 from simdist.runtime.scratch import write_random_checkpoint
@@ -90,6 +91,7 @@ def test_bad_grid_input_is_one_line(
     [
         ({"seed": 10000}, ["--seed", "10001"], "measured with seed 10000, this run has 10001"),
         ({"profile": "sim"}, [], "measured with profile 'sim', this run has 'real'"),
+        ({"model": "models/another"}, [], "measured with model 'models/another'"),
         (
             {},
             ["--episodes", "3"],
@@ -126,6 +128,20 @@ def test_a_grid_measured_otherwise_is_not_resumed(
     assert json.loads((out / "grid.json").read_text())["cells"] == {"v0000 cpu": cell}  # left as it was
 
 
+def test_a_stored_cell_of_the_same_name_but_another_setting_is_not_taken(
+    peg_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "grid"
+    out.mkdir()
+    cell = {"per_episode": [1.0, 0.0], "episodes": 2, "falls": 0, "value": 0.5}
+    cell["planner"] = {"name": "cpu", "num_samples": 4}
+    (out / "grid.json").write_text(json.dumps({"task": "ur5e_peg", "cells": {"v0000 wide": cell}}))
+    args = ["--task", "ur5e_peg", "--profile", "real", "--model", str(peg_model), "--versions", "0"]
+    code = main(["plan-grid", *args, "--setting", "wide:num_samples=8", "--episodes", "2", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "cell 'v0000 wide' measured planner" in err and err.count("\n") == 0, err
+
+
 def test_a_setting_keeps_a_list_value_whole() -> None:
     name, changes = grid.parse_setting("slow:policy_command_scales=[0.75,0.5],num_policy_samples=12")
     assert name == "slow"
@@ -158,6 +174,9 @@ def test_the_read_pairs_episodes_over_seeds_against_the_reference(tmp_path: Path
         == 0
     )
     assert "+0.833" in capsys.readouterr().out
+    # a `ptfe` grid and a `ptfe_b` grid are not two seeds of one evaluation
+    with pytest.raises(ConfigError, match="differ in profile"):
+        read([{**seed0, "profile": "ptfe"}, {**seed1, "profile": "ptfe_b"}], "ref")
 
 
 def test_a_bad_grid_to_read_is_one_line(tmp_path: Path, capsys) -> None:

@@ -136,6 +136,15 @@ def measure(
     }
     if path is not None and path.is_file():
         result["cells"] = _resumable(path, result)
+        for version in versions:  # a stored cell of the same name must have measured the same setting
+            for name, changes in settings:
+                stored = result["cells"].get(f"{version_label(version)} {name}")
+                wanted = {"name": planner, **changes}
+                if stored is not None and stored.get("planner", wanted) != wanted:
+                    raise ConfigError(
+                        f"{path}: cell '{version_label(version)} {name}' measured planner {stored['planner']!r}, "
+                        f"this run asks {wanted!r} under that name (choose another --out or setting name)"
+                    )
     todo = sum(f"{version_label(v)} {name}" not in result["cells"] for v in versions for name, _ in settings)
     say(
         f"{task} on sim:{profile}, evaluation seed {seed}: {protocol.description} per cell; "
@@ -202,7 +211,8 @@ def measure(
 
 
 def _resumable(path: Path, result: dict[str, Any]) -> dict[str, Any]:
-    """The cells of an earlier grid.json, if it was measured the same way (task, profile, seed, episodes, overrides)."""
+    """The cells of an earlier grid.json, if it was measured the same way (task, profile, model, seed, episodes,
+    overrides)."""
     import json
 
     try:
@@ -213,7 +223,7 @@ def _resumable(path: Path, result: dict[str, Any]) -> dict[str, Any]:
         )
     except (OSError, ValueError, AttributeError, TypeError) as exc:
         raise ConfigError(f"{path}: not a plan-grid result ({exc}); choose another --out") from None
-    for key in ("task", "profile", "seed", "episodes_per_cell", "overrides"):
+    for key in ("task", "profile", "model", "seed", "episodes_per_cell", "overrides"):
         if stored.get(key) is not None and stored[key] != result[key]:
             raise ConfigError(
                 f"{path}: measured with {key} {stored[key]!r}, this run has {result[key]!r}; "

@@ -61,7 +61,7 @@ def put_beside(
         )
     merged = []
     for grid, other in zip(grids, beside, strict=True):
-        for field in ("task", "profile", "metric"):
+        for field in ("task", "profile", "metric", "seed", "episodes_per_cell", "overrides"):
             if grid.get(field) != other.get(field):
                 raise ConfigError(
                     f"--beside: {field} '{other.get(field)}' against the grid's '{grid.get(field)}'; "
@@ -79,6 +79,11 @@ def read(grids: list[dict[str, Any]], reference: str) -> list[Cell]:
     """The cells present in every grid, each with its paired difference to `reference` on its version."""
     if not grids:
         raise ConfigError("no grids to read")
+    for field in ("task", "profile", "metric", "episodes_per_cell", "overrides"):  # seeds of one evaluation
+        if len({repr(g.get(field)) for g in grids}) > 1:
+            raise ConfigError(
+                f"the grids differ in {field} ({[g.get(field) for g in grids]}); average like with like"
+            )
     keys = [k for k in grids[0]["cells"] if all(k in g["cells"] for g in grids)]
     per_episode: dict[str, np.ndarray] = {}
     for key in keys:
