@@ -130,3 +130,31 @@ def test_an_upright_go2_on_foam_does_not_fall_and_a_low_base_does():
             for _ in range(100):
                 ended |= bool(low.step(np.zeros((2, 12), np.float32))[2].any())
             assert ended == falls, (task, floor)
+
+
+def test_a_diverged_episode_keeps_its_result_and_the_next_episodes_their_starts():
+    """A member whose simulation blows up ends its episode with the result of its last finite state, and the
+    episodes after it start where they would have (so cells still share episodes by index)."""
+
+    def run(blow: bool) -> tuple[list[dict[str, float]], list[list[float]]]:
+        env = make_env("go2_foam", "sim", num_envs=1, seed=10000)
+        env.reset(seed=10000)
+        ends, starts = [], []
+        for t in range(360):
+            if blow and t == 100:
+                env.datas[0].qvel[:] = 1e12
+            _, _, _, _, info = env.step(np.zeros((1, 12), np.float32))
+            if info["done"][0]:
+                ends.append({k: float(v[0]) for k, v in info["final_metrics"].items()})
+                starts.append(env.datas[0].qpos[:3].round(6).tolist())
+        return ends, starts
+
+    clean_ends, clean_starts = run(False)
+    ends, starts = run(True)
+    assert (
+        len(clean_ends) == len(ends) == 1
+    )  # the clean episode timed out at 300 steps, the other diverged at 101
+    assert starts[0] == clean_starts[0]  # the second episode starts where it would have
+    assert (
+        np.isfinite(ends[0]["progress_m"]) and abs(ends[0]["progress_m"]) < 0.2
+    )  # where it stood, not a new start

@@ -263,11 +263,15 @@ class SimVecEnv(gym.vector.VectorEnv):
         self.simulate()
         self.steps += 1
         unstable = self._unstable()
+        diverged: dict[str, np.ndarray] | None = None
         if unstable.any():
             self.counters["unstable_resets"] += int(unstable.sum())
-            for i in np.flatnonzero(unstable):  # restore a finite state before observing
-                mujoco.mj_resetData(self.models[i], self.datas[i])
-                self.reset_member(i, self.member_rngs[i])
+            # the episode's result as of its last finite state (observed last step), not of the restored one
+            diverged = {k: v.copy() for k, v in self.metrics().items()}
+            for i in np.flatnonzero(unstable):  # a finite state to observe; the episode's end below places it
+                mujoco.mj_resetData(
+                    self.models[i], self.datas[i]
+                )  # (no draw here: later episodes keep theirs)
                 mujoco.mj_forward(self.models[i], self.datas[i])
         obs = self._observe_all()
         reward, terms = self.reward(actions)
@@ -285,6 +289,9 @@ class SimVecEnv(gym.vector.VectorEnv):
         if done.any():
             info["final_obs"] = {k: v.copy() for k, v in obs.items()}
             info["final_metrics"] = {k: v.copy() for k, v in self.metrics().items()}
+            if diverged is not None:
+                for k, v in info["final_metrics"].items():
+                    v[unstable] = diverged[k][unstable]
             info["final_params"] = {name: self.params[name].copy() for name in self.param_names}
             for i in np.flatnonzero(done):
                 self._reset_one(i)
