@@ -37,3 +37,25 @@ def test_a_hold_is_the_robot_s_own() -> None:
     assert robots.get("go2").hold_action(last, 12).tolist() == last.tolist()  # repeat the joint targets
     assert robots.get("go2").hold_action(None, 12).tolist() == [0.0] * 12
     assert robots.get("ur5e").hold_action(np.ones(4), 4).tolist() == [0.0] * 4  # move the tool by zero
+
+
+def test_the_peg_flange_quaternion_keeps_one_sign_through_an_insertion():
+    """With the tool pointing down the flange quaternion's w is about 0, so "w >= 0" flipped x, y and z (values near
+    +-1) at random from step to step; signed into the tool-down hemisphere, the sign never changes, on the env's
+    observation and on what the robot's driver reports alike."""
+    from simdist import robots
+    from simdist.robots.ur5e import FLANGE_DOWN, flange_quat
+    from simdist.sim import make_env
+
+    env = make_env("ur5e_peg", "sim", num_envs=4, seed=1)
+    expert = robots.get("ur5e").scripted_expert(env.cfg)
+    obs, _ = env.reset(seed=1)
+    quats = []
+    for _ in range(80):
+        obs, *_ = env.step(expert(obs))
+        quats.append(obs["proprio"][:, 15:19].copy())
+    quats = np.array(quats)
+    assert np.abs(quats[..., 0]).max() < 0.1  # the tool down: w is about 0, where "w >= 0" flips
+    assert (quats @ FLANGE_DOWN > 0.5).all()  # one hemisphere throughout, noise included
+    flipped = flange_quat(-quats.reshape(-1, 4))  # the driver's report, either sign: the same quaternion
+    np.testing.assert_allclose(flipped, quats.reshape(-1, 4), atol=1e-6)

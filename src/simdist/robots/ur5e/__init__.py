@@ -4,7 +4,7 @@
 - `search`: the scripted search controller (the peg's expert without training).
 - `actuation`: tool deltas -> a tool pose target (servoL on the arm).
 - `hardware`: the driver over RTDE (ur_rtde).
-Proprio (31): joint positions and velocities, the peg tip's position, the flange quaternion (w >= 0), the tool
+Proprio (31): joint positions and velocities, the peg tip's position, the flange quaternion (`flange_quat`), the tool
 twist and the wrench. Action (4): tool deltas (x, y, z, yaw), scaled by the task's peg.action_scale_m/_rad.
 """
 
@@ -40,6 +40,19 @@ WORKSPACE_ABOVE = 0.25
 WORKSPACE_BELOW_FLOOR = 0.01
 
 
+# The flange quaternion with the tool pointing down (yaw 0): a half turn about x, so w is about 0 there. A quaternion
+# is taken in the hemisphere of this one (q . FLANGE_DOWN >= 0): with the tool down, any yaw within a half turn, the
+# sign is far from its switch, where "w >= 0" switched at random with the noise (the sign of x, y, z drawn afresh
+# every few steps until 2026-12-07).
+FLANGE_DOWN = np.array([0.0, 1.0, 0.0, 0.0])
+
+
+def flange_quat(quat: np.ndarray) -> np.ndarray:
+    """(..., 4) quaternions (w, x, y, z) of the flange, each signed into FLANGE_DOWN's hemisphere."""
+    quat = np.asarray(quat, dtype=np.float64)
+    return quat * np.where(quat @ FLANGE_DOWN < 0, -1.0, 1.0)[..., None]
+
+
 def workspace(hole: np.ndarray, hole_depth: float) -> tuple[np.ndarray, np.ndarray]:
     """(low, high) corners of the tool target's box for hole positions `hole` (..., 3)."""
     hole = np.asarray(hole, dtype=np.float64)
@@ -72,10 +85,10 @@ class UR5e(RobotDescription):
     )
 
     def proprio(self, state: RobotState) -> np.ndarray:
-        """(31,) float32: joint pos, joint vel, tool (peg tip) position, flange quaternion (w >= 0), twist, wrench."""
+        """(31,) float32: joint pos, joint vel, tool (peg tip) position, flange quaternion, twist, wrench."""
         self.require(state)
         pose = np.asarray(state.tool_pose, dtype=np.float64)
-        quat = pose[3:7] * (-1.0 if pose[3] < 0 else 1.0)  # q and -q are one rotation; the env keeps w >= 0
+        quat = flange_quat(pose[3:7])  # q and -q are one rotation: the env's sign
         parts = (
             state.joint_positions,
             state.joint_velocities,

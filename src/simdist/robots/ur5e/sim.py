@@ -1,7 +1,7 @@
 """UR5e peg insertion (ur5e_peg): a square peg on the flange into a square hole on the table.
 
 Proprio (31, what the real UR5e and its F/T sensor measure): joint positions (6), joint velocities (6), peg tip
-position (3, from the tool pose), flange quaternion (4, w >= 0), tool linear and angular velocity (6), flange
+position (3, from the tool pose), flange quaternion (4, `flange_quat`'s sign), tool linear and angular velocity (6), flange
 wrench (6, N and N m). Command (4): the hole's estimated top-centre position (3) and yaw (1), the true pose plus a
 per-episode bias as a camera-based estimate would give. Action (4): relative tool deltas (x, y, z, yaw) per 10 Hz
 step, scaled by peg.action_scale_m / action_scale_rad, turned into joint targets by damped least-squares IK at every
@@ -21,7 +21,7 @@ from mujoco.batch import Batch
 from simdist.errors import ConfigError
 from simdist.hardware.state import RobotState
 from simdist.paths import assets_dir
-from simdist.robots.ur5e import JOINT_NAMES, PROPRIO_DIM, workspace
+from simdist.robots.ur5e import JOINT_NAMES, PROPRIO_DIM, flange_quat, workspace
 from simdist.robots.ur5e.search import search_action, tool_yaw
 from simdist.sim import native
 from simdist.sim.vec_env import Noise, Obs, SimVecEnv
@@ -370,7 +370,7 @@ class PegEnv(SimVecEnv):
         for i, d in enumerate(self.datas):
             mujoco.mju_mat2Quat(quat[i], d.site_xmat[self._flange])
             tip[i] = d.site_xpos[self._tip]
-        quat *= np.where(quat[:, :1] < 0, -1.0, 1.0)
+        quat = flange_quat(quat)
         return {
             "joint_pos": self.gather("qpos")[:, :6],
             "joint_vel": self.gather("qvel")[:, :6],
