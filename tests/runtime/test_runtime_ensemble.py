@@ -84,6 +84,12 @@ def test_an_ensembles_first_version_predicts_as_its_source(go2_model: Path, tmp_
     assert members.shape[0] == 4
     assert torch.allclose(members.mean(0), expected, atol=1e-6)
     assert float(disagreement(members).abs().max()) < 1e-10
+    # from dynamics that learnt from real data, no ensemble: its v0000 would pass for pretrained
+    from simdist.model.checkpoint import publish_dynamics
+
+    publish_dynamics(go2_model, single, note="from the robot")
+    with pytest.raises(CheckpointError, match="learnt from real data"):
+        with_dynamics_members(go2_model, tmp_path / "from_adapted", 2)
 
 
 def test_refusals(go2_model: Path, tmp_path: Path) -> None:

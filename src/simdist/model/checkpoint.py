@@ -104,6 +104,13 @@ def with_dynamics_members(source: str | Path, out: str | Path, members: int, *, 
     if members < 1:
         raise ConfigError(f"members must be >= 1, got {members}")
     description = read_description(root)
+    current, pretrained = current_version(root), pretrained_version(root)
+    own = {"finetune_of", "full_finetune_of"} & set(description.get("extra") or {})
+    if current > pretrained or own:
+        raise CheckpointError(
+            f"{root}: its dynamics in force ({version_label(current)}) learnt from real data; an ensemble's v0000 is "
+            "pretrained dynamics (roll the model back to its pretrained version first, or use the pretrained model)"
+        )
     model = load_checkpoint(root)
     config = build(ModelConfig, {**description["model"], "dynamics_members": members}, "model")
     ensemble = WorldModel.build(description["dims"], config, description["normalizer"])
