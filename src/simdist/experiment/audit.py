@@ -133,7 +133,8 @@ class Auditor:
             rewards, _ = model.score(ctx.expand(n), latents, chunks, cmd, last_value_only=True)
             predicted = (rewards @ discounts).numpy().astype(float)
         n_gauss = planner.config.num_samples
-        has_policy = planner.config.num_policy_samples > 0 and n > n_gauss
+        first = len(self._candidates[0][0])  # the first iteration's: its Gaussian samples, then the policy's
+        has_policy = planner.config.num_policy_samples > 0 and first > n_gauss
         extra = [plan.actions.numpy()] + ([chunks[n_gauss].numpy()] if has_policy else [])
         truth, seen, valid = rollouts(env, np.concatenate([chunks.numpy(), np.stack(extra)]), self.discount)
         true_c, true_executed = truth[:n], truth[n]
@@ -158,8 +159,11 @@ class Auditor:
                 "error_reward": float(np.mean(np.abs(predicted - true_c))),
                 "bias_reward": float(np.mean(predicted - true_c)),
                 "rank_head_truth": spearman(head_truth, true_c),
-                "latent_error_gauss": float(per_chunk[:n_gauss].mean()),
-                "latent_error_policy": float(per_chunk[n_gauss:].mean()) if n > n_gauss else float("nan"),
+                # later iterations' candidates are Gaussian samples again
+                "latent_error_gauss": float(np.concatenate([per_chunk[:n_gauss], per_chunk[first:]]).mean()),
+                "latent_error_policy": float(per_chunk[n_gauss:first].mean())
+                if first > n_gauss
+                else float("nan"),
             }
         )
 
