@@ -152,6 +152,28 @@ def test_sim_robot_planner_and_logger_over_topics(task: str, model_for, tmp_path
     assert bridge.holds == 1
 
 
+def _go2_bridge(
+    messages: StrictMessages,
+    robot: Any,
+    actuator: Any,
+    clock: list[float],
+    published: Any = None,
+    **watchdog: float,
+) -> RobotBridge:
+    """A Go2 robot bridge on a fake robot and actuator, its clock `clock[0]`; `published` gets (topic, message)."""
+    return RobotBridge(
+        messages,
+        lambda topic, msg: published((topic, msg)) if published is not None else None,
+        robot=robot,
+        robot_kind="go2",
+        actuator=actuator,
+        command=lambda: np.zeros(3, np.float32),
+        stop_s=1.0,
+        clock=lambda: clock[0],
+        **watchdog,
+    )
+
+
 @pytest.mark.parametrize("dampable", [True, False], ids=["go2_damps", "ur5e_holds"])
 def test_bridge_watchdog_holds_then_stops_safely_when_commands_stop(dampable: bool) -> None:
     messages = StrictMessages("humble")
@@ -177,16 +199,8 @@ def test_bridge_watchdog_holds_then_stops_safely_when_commands_stop(dampable: bo
         def damp(self) -> None:
             calls.append("damp")
 
-    bridge = RobotBridge(
-        messages,
-        lambda topic, msg: published.append((topic, msg)),
-        robot=DampingRobot() if dampable else Robot(),
-        robot_kind="go2",
-        actuator=Actuator(),
-        command=lambda: np.zeros(3, np.float32),
-        watchdog_s=0.1,
-        stop_s=1.0,
-        clock=lambda: clock[0],
+    bridge = _go2_bridge(
+        messages, DampingRobot() if dampable else Robot(), Actuator(), clock, published.append, watchdog_s=0.1
     )
     action = messages.roundtrip(conversions.vector_msg(messages, np.ones(12), "action"))
     assert bridge.check_watchdog() is None  # nothing to guard before the first command
@@ -251,17 +265,7 @@ def test_bridge_serialises_commands_the_watchdog_and_the_final_hold() -> None:
         def damp(self) -> None:
             calls.append("damp")
 
-    bridge = RobotBridge(
-        messages,
-        lambda topic, msg: None,
-        robot=Robot(),
-        robot_kind="go2",
-        actuator=Actuator(),
-        command=lambda: np.zeros(3, np.float32),
-        watchdog_s=0.1,
-        stop_s=1.0,
-        clock=lambda: clock[0],
-    )
+    bridge = _go2_bridge(messages, Robot(), Actuator(), clock, watchdog_s=0.1)
     action = messages.roundtrip(conversions.vector_msg(messages, np.ones(12), "action"))
     bridge.on_command(action)  # arms the watchdog at t = 0
     sender = threading.Thread(target=bridge.on_command, args=(action,))
@@ -283,15 +287,7 @@ def test_bridge_serialises_commands_the_watchdog_and_the_final_hold() -> None:
     bridge.shutdown(lambda: stopped.append("stop"))
     assert calls[-1] == "damp" and stopped == ["stop"]  # no hold re-stiffens a damped robot
 
-    fresh = RobotBridge(
-        messages,
-        lambda topic, msg: None,
-        robot=Robot(),
-        robot_kind="go2",
-        actuator=Actuator(),
-        command=lambda: np.zeros(3, np.float32),
-        clock=lambda: clock[0],
-    )
+    fresh = _go2_bridge(messages, Robot(), Actuator(), clock)
     calls.clear()
     fresh.on_command(action)
     fresh.shutdown(lambda: stopped.append("stop"))
