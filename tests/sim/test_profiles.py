@@ -158,3 +158,23 @@ def test_a_diverged_episode_keeps_its_result_and_the_next_episodes_their_starts(
     assert (
         np.isfinite(ends[0]["progress_m"]) and abs(ends[0]["progress_m"]) < 0.2
     )  # where it stood, not a new start
+
+
+def test_the_slope_is_tilted_in_the_physics():
+    """The ramp's ground plane is tilted where the robot stands (its contacts' normal), every episode, and a Go2
+    left standing on frictionless ramp slides down it; on flat ground it does not."""
+    slid = {}
+    for slope in (0.0, 5.0):
+        env = make_env("go2_slope", "sim", num_envs=1, seed=0, overrides={"nominal.slope_deg": slope})
+        for episode in range(2):
+            env.reset(seed=episode) if episode == 0 else env._reset_one(0)
+            normal = env.datas[0].geom_xmat[env.models[0].geom("ground").id].reshape(3, 3)[:, 2]
+            np.testing.assert_allclose(
+                normal, [-np.sin(np.radians(slope)), 0.0, np.cos(np.radians(slope))], atol=1e-9
+            )
+        env.models[0].geom_friction[:, 0] = 0.0  # ice: nothing holds the robot on the ramp
+        start = env.datas[0].qpos[0]
+        for _ in range(50):
+            env.step(np.zeros((1, 12), np.float32))
+        slid[slope] = float(start - env.datas[0].qpos[0])  # down the ramp is -x
+    assert abs(slid[0.0]) < 0.02 and slid[5.0] > 0.05, slid

@@ -139,6 +139,10 @@ class Go2Env(SimVecEnv):
         m.actuator_biasprm[:, 2] = -self._kv * p["kd_scale"]
         m.dof_frictionloss[self._dofs] = p["joint_friction"]
         m.dof_damping[self._dofs] = p["joint_damping"]
+        # The ground is a static geom of the world body: its pose in the data is computed from the model's only here
+        # (mj_forward leaves it), and the masses' derived constants with it. Without this the ramp stayed flat in the
+        # physics while the reward, the progress and the observations took it as tilted (until 2026-12-07).
+        mujoco.mj_setConst(m, self.datas[i])
 
     def reset_member(self, i: int, rng: np.random.Generator) -> None:
         d, theta = self.datas[i], self._slope(i)
