@@ -122,9 +122,8 @@ class SafetyFilter:
         start = state.joint_positions if last_target is None else np.asarray(last_target, dtype=np.float64)
         if start.shape != state.joint_positions.shape or not np.isfinite(start).all():
             start = state.joint_positions
-        if not np.isfinite(
-            start
-        ).all():  # nothing to rate-limit from: the robot's own hold until a finite state
+        # nothing to rate-limit from: the caller holds (the robot's own hold) until a state is finite
+        if not np.isfinite(start).all():
             raise ValueError("the safety filter cannot start from a non-finite measured posture")
         self._last_target = np.clip(start, lim.position_lower, lim.position_upper)
         self._last_gains = (None, None)
