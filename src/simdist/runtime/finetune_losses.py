@@ -109,9 +109,8 @@ def measured_errors(
     else:
         out = model.value(members.flatten(0, 1), command_n)
         target = n.normalize("value", batch.value)
-    exists = (
-        batch.step_mask if head == "reward" else batch.future_mask
-    )  # a reward needs step t+k, a return t+k+1
+    # a reward needs step t+k, a return step t+k+1
+    exists = batch.step_mask if head == "reward" else batch.future_mask
     measured = (torch.isfinite(target) & exists.bool()).float()
     return (out.unflatten(0, (k, -1)) - torch.nan_to_num(target)).pow(2), measured
 

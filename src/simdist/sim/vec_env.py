@@ -268,10 +268,10 @@ class SimVecEnv(gym.vector.VectorEnv):
             self.counters["unstable_resets"] += int(unstable.sum())
             # the episode's result as of its last finite state (observed last step), not of the restored one
             diverged = {k: v.copy() for k, v in self.metrics().items()}
-            for i in np.flatnonzero(unstable):  # a finite state to observe; the episode's end below places it
-                mujoco.mj_resetData(
-                    self.models[i], self.datas[i]
-                )  # (no draw here: later episodes keep theirs)
+            # a finite state to observe; the episode's end below places the member (no draw here: the episodes
+            # after it keep their starts)
+            for i in np.flatnonzero(unstable):
+                mujoco.mj_resetData(self.models[i], self.datas[i])
                 mujoco.mj_forward(self.models[i], self.datas[i])
         obs = self._observe_all()
         reward, terms = self.reward(actions)
