@@ -167,7 +167,10 @@ def test_the_slope_is_tilted_in_the_physics():
     for slope in (0.0, 5.0):
         env = make_env("go2_slope", "sim", num_envs=1, seed=0, overrides={"nominal.slope_deg": slope})
         for episode in range(2):
-            env.reset(seed=episode) if episode == 0 else env._reset_one(0)
+            if episode == 0:
+                env.reset(seed=0)
+            else:
+                env._reset_one(0)  # a second episode: the ground placed again
             normal = env.datas[0].geom_xmat[env.models[0].geom("ground").id].reshape(3, 3)[:, 2]
             np.testing.assert_allclose(
                 normal, [-np.sin(np.radians(slope)), 0.0, np.cos(np.radians(slope))], atol=1e-9

@@ -205,9 +205,7 @@ class Go2Env(SimVecEnv):
         noisy = np.concatenate(
             [s[k] + self.noise(s[k].shape, self.cfg.observation_noise.get(k, 0.0)) for k in parts], axis=1
         )
-        theta = self._slopes()
-        normal = np.stack([-np.sin(theta), np.zeros_like(theta), np.cos(theta)], axis=1)
-        height = np.einsum("ni,ni->n", s["pos"], normal)[:, None]
+        height = self._base_height(s["pos"])[:, None]
         params = np.stack([self.params[k] for k in PRIVILEGED_PARAMS], axis=1)
         privileged = np.concatenate([clean, s["vel_body"], height, params, self.command], axis=1)
         phase = self._phase()
@@ -236,10 +234,14 @@ class Go2Env(SimVecEnv):
         s, t = self._last_state, self.cfg.termination
         tilted = s["gravity"][:, 2] > -math.cos(math.radians(t.get("max_tilt_deg", 60.0)))
         touched = (s["fall_force"][:, :2] > t.get("contact_force_n", 1.0)).any(axis=1)  # trunk, head
+        low = self._base_height(s["pos"]) < t.get("min_base_height", 0.0)
+        return tilted | touched | low
+
+    def _base_height(self, pos: np.ndarray) -> np.ndarray:
+        """(N,) the base's height over the ground plane, along its normal (the ramp's, tilted by the slope)."""
         theta = self._slopes()
         normal = np.stack([-np.sin(theta), np.zeros_like(theta), np.cos(theta)], axis=1)
-        low = np.einsum("ni,ni->n", s["pos"], normal) < t.get("min_base_height", 0.0)
-        return tilted | touched | low
+        return np.einsum("ni,ni->n", pos, normal)
 
     def reward(self, actions: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         s, w = self._last_state, self.cfg.reward
