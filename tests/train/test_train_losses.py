@@ -105,3 +105,31 @@ def test_overfitting_a_fixed_batch_drives_every_loss_near_zero():
         z = model.encoder(model.normalizer.normalize("obs", batch.future_obs))
     spread = float(z.var(dim=(0, 1)).mean())
     assert spread > 1e-2 and last["dynamics"] < 0.05 * spread, (first, last, spread)
+
+
+def test_the_heads_never_attend_to_the_padding_past_an_episodes_end():
+    """Training windows pad past an episode's end (zero actions, latents predicted from them); a planned chunk
+    never has padding. The reward at every step that exists and the value at every step t+k+1 that exists must
+    not depend on what the padding holds, or the heads learn "the episode ends here" (a fall's penalty) from it."""
+    torch.manual_seed(0)
+    episodes = [e for e, _ in linear_system_episodes(8, length=(3, 8), seed=4)]
+    source = InMemoryEpisodes(episodes)
+    config = dataclasses.replace(load_model_config("tiny"), latent_dim=32, encoder_hidden=(64,))
+    model = WorldModel(6, 2, 2, config).eval()
+    model.normalizer.load_stats(source.normalizer_stats())
+    batch = WindowSampler(source, config.history, config.horizon).sample(32, np.random.default_rng(0))
+    padded = ~batch.step_mask
+    assert padded.any(dim=1).sum() >= 10  # many windows run past their episode's end
+    with torch.no_grad():
+        base = model(batch)
+        changed = dataclasses.replace(
+            batch,
+            actions=torch.where(padded[..., None], torch.full_like(batch.actions, 3.0), batch.actions),
+            command=torch.where(padded[..., None], -batch.command, batch.command),
+        )
+        out = model(changed)
+    steps, futures = batch.step_mask, batch.future_mask
+    torch.testing.assert_close(out["reward"][steps], base["reward"][steps])
+    torch.testing.assert_close(out["value"][futures], base["value"][futures])
+    # the padding did change what the heads output there (the check above is not vacuous)
+    assert (out["reward"][padded] - base["reward"][padded]).abs().max() > 1e-3

@@ -37,16 +37,23 @@ class SequenceHead(nn.Module):
         actions: torch.Tensor | None = None,
         *,
         last_only: bool = False,
+        key_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """(N, T) per-step outputs, or with `last_only` the last step's alone (N, 1): the same numbers, with the
-        last block computing one query instead of T."""
+        last block computing one query instead of T.
+
+        `key_mask` (N, T): the steps that exist (training windows pad past an episode's end). Without it every
+        step attends to the padding after an episode's last step, which no planned chunk has: the head could read
+        "the episode ends here" from the padding instead of from the state (a fall's penalty at the last step)."""
+        if key_mask is not None and bool(key_mask.all()):
+            key_mask = None  # nothing padded: the planner's path, bit-identical
         x = self.latent(latents) + self.command(command) + self.position[: latents.shape[1]]
         if self.action is not None:
             if actions is None:
                 raise ValueError("this head needs actions")
             x = x + self.action(actions)
         for i, block in enumerate(self.blocks):
-            x = block(x, last_only=last_only and i == len(self.blocks) - 1)
+            x = block(x, last_only=last_only and i == len(self.blocks) - 1, key_mask=key_mask)
         return self.out(self.norm(x)).squeeze(-1)
 
 

@@ -32,9 +32,19 @@ class SelfAttention(nn.Module):
         )  # a key bias has zero gradient; Adam would amplify its noise
         self.out = nn.Linear(dim, dim)
 
-    def forward(self, x: torch.Tensor, *, causal: bool, last_only: bool = False) -> torch.Tensor:
-        """(B, N, dim) -> (B, N, dim); with `last_only` (bidirectional only) just the last token's output (B, 1, dim)."""
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        causal: bool,
+        last_only: bool = False,
+        key_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """(B, N, dim) -> (B, N, dim); with `last_only` (bidirectional only) just the last token's output (B, 1, dim).
+        `key_mask` (B, N, bidirectional only): the tokens that may be attended to (False: padding)."""
         b, n, d = x.shape
+        if key_mask is not None and causal:
+            raise ValueError("key_mask is for bidirectional attention")
         if last_only:  # keys and values from every token, the query from the last one alone
             if causal:
                 raise ValueError("last_only is for bidirectional attention")
@@ -51,7 +61,8 @@ class SelfAttention(nn.Module):
             n = 1
         else:
             q, k, v = self.qkv(x).view(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        mask = None if key_mask is None else key_mask[:, None, None, :]
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
         return self.out(y.transpose(1, 2).reshape(b, n, d))
 
 
@@ -126,9 +137,13 @@ class EncoderBlock(nn.Module):
         self.norm2 = nn.LayerNorm(dim)
         self.ff = FeedForward(dim, mlp_ratio)
 
-    def forward(self, x: torch.Tensor, *, last_only: bool = False) -> torch.Tensor:
-        """(B, N, dim) -> (B, N, dim), or with `last_only` the last token's output alone (B, 1, dim)."""
-        x = (x[:, -1:] if last_only else x) + self.self_attn(self.norm1(x), causal=False, last_only=last_only)
+    def forward(
+        self, x: torch.Tensor, *, last_only: bool = False, key_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """(B, N, dim) -> (B, N, dim), or with `last_only` the last token's output alone (B, 1, dim); `key_mask`
+        (B, N): the tokens that may be attended to."""
+        attended = self.self_attn(self.norm1(x), causal=False, last_only=last_only, key_mask=key_mask)
+        x = (x[:, -1:] if last_only else x) + attended
         return x + self.ff(self.norm2(x))
 
 

@@ -192,18 +192,35 @@ class WorldModel(nn.Module):
         command_n: torch.Tensor,
         *,
         last_value_only: bool = False,
+        batch: Any = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        value = self.value(latents, command_n, last_only=last_value_only)
-        return self._reward(self._latent(ctx, latents.shape[0]), latents, actions_n, command_n), value
+        """`batch`: the training windows the inputs come from, whose padding past an episode's end the heads must
+        not attend to (None: a planned chunk, nothing padded)."""
+        value = self.value(
+            latents,
+            command_n,
+            last_only=last_value_only,
+            key_mask=None if batch is None else batch.future_mask,
+        )
+        z_t = self._latent(ctx, latents.shape[0])
+        return self._reward(
+            z_t, latents, actions_n, command_n, None if batch is None else batch.step_mask
+        ), value
 
     def _reward(
-        self, z_t: torch.Tensor, latents: torch.Tensor, actions_n: torch.Tensor, command_n: torch.Tensor
+        self,
+        z_t: torch.Tensor,
+        latents: torch.Tensor,
+        actions_n: torch.Tensor,
+        command_n: torch.Tensor,
+        step_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Normalised rewards t..t+T-1 (N, T) from z_t (N, D) and the predicted z_hat t+1..t+T (N, T, D)."""
+        """Normalised rewards t..t+T-1 (N, T) from z_t (N, D) and the predicted z_hat t+1..t+T (N, T, D);
+        `step_mask` (N, T): the steps t+k that exist, in training windows (the value head's are t+k+1: `future_mask`)."""
         reward_in = torch.cat(
             [z_t.unsqueeze(1), latents[:, :-1]], dim=1
         )  # reward for step t+k is scored from z_t+k
-        return self.reward(reward_in, command_n, actions_n)
+        return self.reward(reward_in, command_n, actions_n, key_mask=step_mask)
 
     def _propose(self, ctx: Context, command_n: torch.Tensor) -> torch.Tensor:
         latent = self._latent(ctx, command_n.shape[0])
@@ -227,7 +244,7 @@ class WorldModel(nn.Module):
         latents = self._predict(ctx, actions_n)
         with torch.no_grad():  # the dynamics target is the online encoder with stop-gradient
             target = self.encoder(n.normalize("obs", batch.future_obs), batch.future_image)
-        reward, value = self._score(ctx, latents, actions_n, command_n)
+        reward, value = self._score(ctx, latents, actions_n, command_n, batch=batch)
         labels = getattr(batch, "expert_action", None)  # DAgger's labels where the batch carries them
         return {
             "latent": latents,

@@ -104,10 +104,11 @@ def measured_errors(
     command_n = n.normalize("command", batch.command).repeat(k, 1, 1)
     if head == "reward":
         actions_n = n.normalize("action", batch.actions).repeat(k, 1, 1)
-        out = model._reward(latent.repeat(k, 1), members.flatten(0, 1), actions_n, command_n)
+        steps = batch.step_mask.repeat(k, 1)
+        out = model._reward(latent.repeat(k, 1), members.flatten(0, 1), actions_n, command_n, steps)
         target = n.normalize("reward", batch.reward)
     else:
-        out = model.value(members.flatten(0, 1), command_n)
+        out = model.value(members.flatten(0, 1), command_n, key_mask=batch.future_mask.repeat(k, 1))
         target = n.normalize("value", batch.value)
     # a reward needs step t+k, a return step t+k+1
     exists = batch.step_mask if head == "reward" else batch.future_mask
@@ -141,8 +142,8 @@ class HeadAnchor:
 
         def outputs(m: WorldModel, head: str) -> torch.Tensor:
             if head == "reward":
-                return m._reward(ctx.latent, latents, actions_n, command_n)
-            return m.value(latents, command_n)
+                return m._reward(ctx.latent, latents, actions_n, command_n, batch.step_mask)
+            return m.value(latents, command_n, key_mask=batch.future_mask)
 
         loss = torch.zeros(())
         for head in self.heads:
