@@ -123,3 +123,53 @@ def test_interrupt_and_resume_give_the_same_dataset(tmp_path, monkeypatch):
             assert set(fa) == set(fb)
             for key in fa:
                 np.testing.assert_array_equal(fa[key][()], fb[key][()], err_msg=f"{name}:{key}")
+
+
+class LengthByPolicyEnv:
+    """The final expert (action 0) runs to the 300-step time-out, a checkpoint (action > 0) falls at step 50."""
+
+    param_names = ["mass"]
+    action_dim = 12
+
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs, self.t = num_envs, np.zeros(num_envs, dtype=int)
+
+    def reset(self, seed=None):
+        return self._obs(), {}
+
+    def _obs(self):
+        return {"proprio": np.zeros((self.num_envs, 3), np.float32), "command": np.zeros((self.num_envs, 1))}
+
+    def step(self, actions):
+        self.t += 1
+        fell = (np.abs(actions[:, 0]) > 0.05) & (self.t >= 50)
+        timed_out = (self.t >= 300) & ~fell
+        self.t[fell | timed_out] = 0
+        info = {"action": actions, "final_params": {"mass": np.ones(self.num_envs)}}
+        return self._obs(), np.zeros(self.num_envs, np.float32), fell, timed_out, info
+
+    def close(self):
+        pass
+
+
+def test_a_shard_keeps_its_policy_mix_however_long_each_policys_episodes_are(monkeypatch):
+    """Episodes still running at the target are recorded to their end: a shard that dropped them kept the short
+    episodes (falls) and lost the long ones, 38 % final-expert episodes here instead of the configured 50 %."""
+    import simdist.data.generate as generate_module
+
+    monkeypatch.setattr(generate_module, "make_env", lambda *args, **kwargs: LengthByPolicyEnv(64))
+    cfg = load_task("go2_foam")
+    dcfg = dataclasses.replace(
+        load_data_config("tiny"), num_envs=64, noise_std_range=[0.0, 0.0], never_noised_share=0.0
+    )
+    shares = []
+    for shard in range(4):
+        episodes = generate_shard(cfg, dcfg, FakeExpert(), shard=shard, target_steps=6000)
+        policy = np.array([p["policy"] for _, p in episodes])
+        lengths = np.array([len(a["action"]) for a, _ in episodes])
+        assert set(lengths[policy == 0]) == {300} and set(lengths[policy > 0]) == {50}  # whole episodes only
+        assert lengths.sum() >= 6000
+        shares.append((policy == 0).mean())
+    assert abs(np.mean(shares) - 0.5) < 0.08, (
+        shares
+    )  # 0.54 here (seeded); 0.38 when running episodes were dropped

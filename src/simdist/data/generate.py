@@ -75,7 +75,12 @@ class NoiseSchedule:
 def generate_shard(
     cfg: TaskConfig, dcfg: DataConfig, expert: Expert, shard: int, target_steps: int
 ) -> list[tuple[dict, dict]]:
-    """Whole episodes totalling at least `target_steps` transitions, from seed (dcfg.seed, shard)."""
+    """Whole episodes totalling at least `target_steps` transitions, from seed (dcfg.seed, shard).
+
+    Once the target is reached no new episode starts, and the episodes still running are recorded to their end: a
+    shard that dropped them would keep the short ones (falls, early checkpoints) and lose the long ones, so its
+    policy mix would drift from `expert_probability` (the more, the fewer steps a shard gives each environment).
+    A shard therefore holds up to one episode per environment beyond the target."""
     torch.set_num_threads(1)  # small MLPs: a second thread only adds contention with the simulator
     seed = int(np.random.SeedSequence([dcfg.seed, shard]).generate_state(1)[0])
     rng = np.random.default_rng(seed)
@@ -95,7 +100,8 @@ def generate_shard(
     buffers: list[dict[str, list]] = [_empty(cfg) for _ in range(n)]
     episodes: list[tuple[dict, dict]] = []
     recorded = 0
-    while recorded < target_steps:
+    running = np.ones(n, dtype=bool)  # recording an episode; False once it ended after the target was reached
+    while running.any():
         value = expert.value(obs)
         actions = np.zeros((n, env.action_dim), dtype=np.float32)
         for k in np.unique(choice):
@@ -110,7 +116,7 @@ def generate_shard(
         obs, reward, terminated, truncated, info = env.step(actions)
         executed = info["action"]  # after sanitising and clipping: what the robot was actually told
         flag = (choice == 0) & ~noisy
-        for i in range(n):
+        for i in np.flatnonzero(running):
             b = buffers[i]
             b["proprio"].append(step_obs["proprio"][i])
             b["command"].append(step_obs["command"][i])
@@ -121,7 +127,7 @@ def generate_shard(
             b["expert_action"].append(labels[i])
             if "image" in step_obs:
                 b["image"].append(step_obs["image"][i])
-        for i in np.flatnonzero(terminated | truncated):
+        for i in np.flatnonzero((terminated | truncated) & running):
             arrays = {k: np.asarray(v) for k, v in buffers[i].items() if v}
             arrays["step"] = np.arange(len(arrays["proprio"]), dtype=np.int32)
             params = {name: float(info["final_params"][name][i]) for name in env.param_names}
@@ -129,7 +135,10 @@ def generate_shard(
             episodes.append((arrays, params))
             recorded += len(arrays["proprio"])
             buffers[i] = _empty(cfg)
-            draw(i)
+            if recorded < target_steps:
+                draw(i)
+            else:
+                running[i] = False
     env.close()
     return episodes
 
