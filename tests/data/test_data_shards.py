@@ -153,10 +153,11 @@ def test_expert_labels_travel_from_writer_to_windows(tmp_path):
     a, b = lazy.windows(index), fast.windows(index)
     assert a.expert_action is not None and a.expert_action.equal(b.expert_action)
     # the label equals the executed action where the expert acted clean, and differs where noise was added
-    flag, future = a.expert_flag, a.future_mask
+    flag, exists = a.expert_flag, a.step_mask
     same = (a.expert_action == a.actions).all(-1)
-    assert same[flag].all() and not same[future & ~flag].all()
-    assert (a.expert_action[~future] == 0).all()  # padded past the episode's end like the actions
+    assert same[flag].all() and not same[exists & ~flag].all()
+    assert (a.expert_action[~exists] == 0).all()  # padded past the episode's end like the actions
+    assert (a.expert_action[exists & ~a.future_mask] != 0).any()  # an episode's last step keeps its label
     assert WindowSampler(ds, 4, 3).windows(index).expert_action is None  # only when asked for
 
 

@@ -56,16 +56,18 @@ def test_windows_never_cross_episodes_and_pad_correctly():
             if exists:
                 assert b.actions[i, k, 0] == 1000 * e + ti + k + 1
                 assert b.reward[i, k] == 100 * e + ti + k
+                assert bool(b.expert_flag[i, k]) == ((ti + k) % 5 != 4)  # the last step's action too
             else:
-                assert (b.actions[i, k] == 0).all() and b.reward[i, k] == 0
+                assert (b.actions[i, k] == 0).all() and b.reward[i, k] == 0 and not b.expert_flag[i, k]
             if real:
                 assert b.value[i, k] == -100 * e - (ti + k + 1)
-                assert bool(b.expert_flag[i, k]) == ((ti + k) % 5 != 4)
             else:
-                assert b.value[i, k] == 0 and not b.expert_flag[i, k]
+                assert b.value[i, k] == 0
         last = n - 1 - ti  # the chunk position of the episode's last step, when the window reaches it
         if last < T:
             assert loss_masks(b[i : i + 1])["reward"][0, last] == 1  # the last step's reward is trained on
+            # and the action taken there, where the expert took it
+            assert loss_masks(b[i : i + 1])["action"][0, last] == float(b.expert_flag[i, : last + 1].all())
             assert loss_masks(b[i : i + 1])["dynamics"][0, last] == 0  # nothing follows it to predict
     assert b.obs_hist.dtype == torch.float32 and b.hist_mask.dtype == torch.bool
     assert b.obs_hist.shape == (len(sampler), H, 3) and b.actions.shape == (len(sampler), T, 2)

@@ -20,9 +20,10 @@ def test_behaviour_cloning_mask_stops_at_first_non_expert_step():
     flags = torch.tensor([[True, True, False, True], [True, True, True, True]])
     future = torch.tensor([[True, True, True, True], [True, True, True, False]])
     exists = torch.ones_like(future)  # every step of the chunk exists; the last one's successor may not
-    batch = type("B", (), {"expert_flag": flags & future, "future_mask": future, "step_mask": exists})()
+    batch = type("B", (), {"expert_flag": flags & exists, "future_mask": future, "step_mask": exists})()
     masks = loss_masks(batch)
-    assert masks["action"].tolist() == [[1, 1, 0, 0], [1, 1, 1, 0]]
+    # an action needs its step only: the second window's last step (an episode's last) is cloned too
+    assert masks["action"].tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
     assert masks["dynamics"].tolist() == future.float().tolist()
     assert masks["reward"].tolist() == [[1, 1, 1, 1], [1, 1, 1, 1]]  # an episode's last step earns its reward
 

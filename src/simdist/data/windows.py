@@ -33,7 +33,7 @@ class WindowBatch:
     command: torch.Tensor  # (B, T, C) commands t..t+T-1
     reward: torch.Tensor  # (B, T) rewards t..t+T-1
     value: torch.Tensor  # (B, T) expert critic at t+1..t+T
-    expert_flag: torch.Tensor  # (B, T) expert acting, not noised, at t..t+T-1
+    expert_flag: torch.Tensor  # (B, T) expert acting, not noised, at t..t+T-1 (False past the end)
     future_mask: torch.Tensor  # (B, T) True where step t+k+1 exists (what the latent and value terms need)
     # (B, T) True where step t+k exists: its action and reward are real even at an episode's last step, the one
     # that carries a fall's penalty (the reward term needs z_{t+k} and a_{t+k}, not what follows)
@@ -201,13 +201,13 @@ class WindowSampler:
             command=_t(g["command"][:, chunk]),
             reward=_t(np.where(step_mask, g["reward"][:, chunk], 0.0).astype(np.float32)),
             value=_t(np.where(future_mask, g["value"][:, h + 1 :], 0.0).astype(np.float32)),
-            expert_flag=_t(g["expert_flag"][:, chunk] & future_mask),
+            expert_flag=_t(g["expert_flag"][:, chunk] & step_mask),  # an action at t+k needs step t+k only
             future_mask=_t(future_mask),
             step_mask=_t(step_mask),
             image=image,
             future_image=future_image,
             expert_action=(
-                _t(np.where(future_mask[..., None], g["expert_action"][:, chunk], 0.0).astype(np.float32))
+                _t(np.where(step_mask[..., None], g["expert_action"][:, chunk], 0.0).astype(np.float32))
                 if "expert_action" in g
                 else None
             ),

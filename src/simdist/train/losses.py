@@ -22,19 +22,20 @@ def _world() -> int:
 
 
 def loss_masks(batch: WindowBatch) -> dict[str, torch.Tensor]:
-    """(B, T) float masks per term. The latent and value terms need step t+k+1; the reward term only step t+k
-    (so an episode's last step, where a fall's penalty is, trains the reward head). Behaviour cloning stops at the
-    first non-expert step of the chunk; with labels it runs one step further (step k counts while steps 0..k-1
-    were the expert's clean actions)."""
+    """(B, T) float masks per term. The latent and value terms need step t+k+1; the reward and action terms only
+    step t+k (so an episode's last step, where a fall's penalty is, trains the reward head, and the action taken
+    there the policy head). Behaviour cloning stops at the first non-expert step of the chunk; with labels it runs
+    one step further (step k counts while steps 0..k-1 were the expert's clean actions)."""
     future = batch.future_mask.float()
+    steps = batch.step_mask.float()
     reached = torch.cumprod(batch.expert_flag.float(), dim=1)
     if getattr(batch, "expert_action", None) is not None:
         reached = torch.cat([torch.ones_like(reached[:, :1]), reached[:, :-1]], dim=1)
     return {
         "dynamics": future,
-        "reward": batch.step_mask.float(),
+        "reward": steps,
         "value": future,
-        "action": reached * future,
+        "action": reached * steps,
     }
 
 
