@@ -140,3 +140,27 @@ def test_no_pickle_files(saved):
     _, folder = saved
     suffixes = {p.suffix for p in folder.rglob("*") if p.is_file()}
     assert suffixes <= {".yaml", ".safetensors", ""}
+
+
+@pytest.mark.parametrize("name", ["weights.safetensors", "dynamics/v0000.safetensors"])
+def test_a_save_cut_short_between_its_files_is_refused(tmp_path, name):
+    """One save writes the weights, v0000 and the YAML one after the other; a pretraining killed between two of
+    them leaves files of two steps, which must not load (or resume) as one model."""
+    save_checkpoint(_model(0), tmp_path / "a", task="linear", data_hash="abc123")
+    save_checkpoint(_model(1), tmp_path / "b", task="linear", data_hash="abc123")
+    load_checkpoint(tmp_path / "a")  # each alone loads
+    (tmp_path / "a" / name).write_bytes((tmp_path / "b" / name).read_bytes())  # the next save got this far
+    with pytest.raises(CheckpointError, match="another save"):
+        load_checkpoint(tmp_path / "a")
+
+
+def test_the_same_weights_get_the_same_stamp_and_old_checkpoints_still_load(tmp_path):
+    for folder in ("a", "b"):
+        save_checkpoint(_model(0), tmp_path / folder, task="linear", data_hash="abc123")
+    stamps = [yaml.safe_load((tmp_path / f / "world_model.yaml").read_text())["save_stamp"] for f in "ab"]
+    assert stamps[0] == stamps[1] and len(stamps[0]) == 16
+    path = tmp_path / "a" / "world_model.yaml"  # a checkpoint written before the stamp existed
+    description = yaml.safe_load(path.read_text())
+    del description["save_stamp"]
+    path.write_text(yaml.safe_dump(description, sort_keys=False))
+    load_checkpoint(tmp_path / "a")

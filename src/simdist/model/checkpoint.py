@@ -4,12 +4,16 @@
     weights.safetensors         every weight except the dynamics (and the normaliser, which lives in the YAML)
     dynamics/vNNNN.safetensors  one file per dynamics version; `dynamics/current` names the one in use
 
-Every file is written to a temporary name and moved into place with os.replace. Loading checks the schema
-version, keys, shapes and finiteness and raises CheckpointError naming the file and key. No pickle anywhere.
+Every file is written to a temporary name and moved into place with os.replace. One save writes several files,
+so the YAML, the weights and v0000 carry the same `save_stamp` (a hash of the weights saved): a save cut short
+between two files (a killed pretraining) leaves a folder that loading refuses instead of a model mixed from two
+steps. Loading checks the schema version, keys, shapes, finiteness and stamps and raises CheckpointError naming
+the file and key. No pickle anywhere.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -36,6 +40,43 @@ _VERSION_RE = re.compile(r"^v(\d{4,})\.safetensors$")
 
 # a version note's key: this version belongs to the model's pretraining (an ensemble's members, trained on simulation)
 PRETRAINING = "pretraining"
+# the key, in world_model.yaml and the metadata of weights.safetensors and v0000, of the save that wrote them
+SAVE_STAMP = "save_stamp"
+
+
+def _save_stamp(*states: Mapping[str, torch.Tensor]) -> str:
+    """A hash of the tensors one save writes (deterministic: the same weights, the same stamp)."""
+    digest = hashlib.sha256()
+    for state in states:
+        for key in sorted(state):
+            digest.update(key.encode())
+            digest.update(
+                state[key].detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+            )
+    return digest.hexdigest()[:16]
+
+
+def _file_stamp(path: Path) -> str | None:
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            return (handle.metadata() or {}).get(SAVE_STAMP)
+    except (SafetensorError, OSError) as exc:
+        raise CheckpointError(
+            f"{path}: corrupt or truncated safetensors ({str(exc).splitlines()[0]})"
+        ) from None
+
+
+def _check_one_save(root: Path, description: Mapping[str, Any]) -> None:
+    """The YAML, the weights and v0000 come from one save (checkpoints from before the stamp are not checked)."""
+    stamp = description.get(SAVE_STAMP)
+    if stamp is None:
+        return
+    for path in (root / WEIGHTS_NAME, root / DYNAMICS_DIR / _version_name(0)):
+        if path.is_file() and _file_stamp(path) != stamp:
+            raise CheckpointError(
+                f"{path}: written by another save than {root / CONFIG_NAME} (a save was cut short; train again "
+                "from an earlier copy or from scratch)"
+            )
 
 
 def _replace_bytes(path: Path, data: bytes) -> None:
@@ -71,7 +112,8 @@ def save_checkpoint(
     root = Path(folder)
     (root / DYNAMICS_DIR).mkdir(parents=True, exist_ok=True)
     weights, dynamics = _split_state(model)
-    meta = {"schema_version": str(SCHEMA_VERSION), "task": task}
+    stamp = _save_stamp(weights, dynamics)
+    meta = {"schema_version": str(SCHEMA_VERSION), "task": task, SAVE_STAMP: stamp}
     _save_tensors(root / WEIGHTS_NAME, weights, meta)
     _save_tensors(root / DYNAMICS_DIR / _version_name(0), dynamics, meta)
     description = {
@@ -82,6 +124,7 @@ def save_checkpoint(
         "model": model.config.to_dict(),
         "normalizer": model.normalizer.stats(),
         "extra": dict(extra or {}),
+        SAVE_STAMP: stamp,
     }
     _replace_bytes(root / CONFIG_NAME, yaml.safe_dump(description, sort_keys=False).encode())
     _set_current(root, 0)
@@ -156,6 +199,7 @@ def load_checkpoint(
     version = current_version(root) if version is None else version
     state.update({f"dynamics.{k}": v for k, v in read_dynamics(root, version, model=model).items()})
     state.update({k: v for k, v in model.state_dict().items() if k.startswith("normalizer.")})
+    _check_one_save(root, description)  # after each file's own checks, which name what is wrong more exactly
     model.load_state_dict(state, strict=True)
     return model.to(device)
 
