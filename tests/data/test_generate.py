@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from simdist.data.generate import NoiseSchedule, generate, generate_shard, load_data_config
+from simdist.errors import SimdistError
 from simdist.sim import load_task
 
 
@@ -30,6 +31,9 @@ class FakeExpert:
 
     def reseed(self, seed):
         pass
+
+    def weights_hash(self):
+        return "fake-weights"
 
     def value(self, obs):
         return obs["proprio"][:, 0] * 0 + 1.5
@@ -123,6 +127,18 @@ def test_interrupt_and_resume_give_the_same_dataset(tmp_path, monkeypatch):
             assert set(fa) == set(fb)
             for key in fa:
                 np.testing.assert_array_equal(fa[key][()], fb[key][()], err_msg=f"{name}:{key}")
+
+    # resuming with another training of the expert (same config, other weights) would mix two experts' corpora
+    retrained = FakeExpert()
+    retrained.weights_hash = lambda: "other-weights"
+    monkeypatch.setattr(gen, "Expert", lambda _: retrained)
+    monkeypatch.setattr(gen, "generate_shard", interrupted)  # calls["n"] is past 2: no interruption
+    (tmp_path / "b" / "shard_00002.h5").unlink()
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    manifest.update(shards=manifest["shards"][:2], complete=False)
+    (tmp_path / "b" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(SimdistError, match="config hash"):
+        generate(cfg, dcfg, tmp_path / "expert", tmp_path / "b", "tiny")
 
 
 class LengthByPolicyEnv:

@@ -128,6 +128,17 @@ def test_cli_pretrain_eval_and_errors(tmp_path, capsys):
     assert "generated for task 'linear', not 'go2_slope'" in capsys.readouterr().err
     assert main([*args, "--resume", "--set", "model.latent_dim=8"]) == 2  # other settings: refuse to resume
     assert "other settings" in capsys.readouterr().err
+    other = write_linear_dataset(tmp_path / "other", 12, length=(10, 30), steps_per_shard=100, seed=5)
+    assert main([*args[:5], str(other), *args[6:], "--resume", "--no-progress"]) == 2  # another corpus
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not the corpus the run" in err[0]
+    manifest = json.loads((other / "manifest.json").read_text())
+    (other / "manifest.json").write_text(json.dumps({**manifest, "complete": False}))  # generation cut short
+    assert main([*args[:5], str(other), *args[6:-1], str(tmp_path / "m7"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "has not finished" in err[0] and not (tmp_path / "m7").exists()
+    partial = [*args[:5], str(other), *args[6:-1], str(tmp_path / "m7"), "--partial", "--no-progress"]
+    assert main([*partial, "--set", "train.steps=2"]) == 0
     assert main([*args[:-1], str(tmp_path / "m2"), "--set", "train.nope=1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unknown key 'train.nope'" in err[0]

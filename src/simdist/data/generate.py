@@ -159,6 +159,8 @@ def generate(cfg: TaskConfig, dcfg: DataConfig, expert_dir: Path, out: Path, pre
                 "task": dataclasses.asdict(cfg),
                 "data": dataclasses.asdict(dcfg),
                 "expert": expert.manifest["config_hash"],
+                # the weights too: resuming with another training of the same config would mix two experts
+                "expert_weights": expert.weights_hash(),
             }
         ),
         "expert": str(expert_dir),

@@ -63,6 +63,7 @@ def pretrain_pipeline(
         out=model,
         device="cpu",
         resume=False,
+        partial=False,
         no_progress=True,
         overrides=[f"{k}={json.dumps(v)}" for k, v in dict(train_overrides or {}).items()],
     )

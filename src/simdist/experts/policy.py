@@ -7,6 +7,7 @@ the robot's own measurements) stores its degradation levels.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,6 +160,16 @@ class Expert:
         _load_weights(model, self.folder / file)
         model.eval()
         return ExpertPolicy(self.manifest, "network", model=model)
+
+    def weights_hash(self) -> str:
+        """A hash of every weight file the manifest names (two trainings with one config differ here: PPO's time
+        budget, not its iteration count, ends a run)."""
+        digest = hashlib.sha256()
+        entries = [{"file": self.manifest["critic"]}, *self.manifest["checkpoints"], self.manifest["final"]]
+        for name in sorted({e["file"] for e in entries if e.get("file")}):
+            digest.update(name.encode())
+            digest.update((self.folder / name).read_bytes())
+        return digest.hexdigest()[:16]
 
     def reseed(self, seed: int) -> None:
         """Restart the random streams of stochastic (degraded scripted) policies."""

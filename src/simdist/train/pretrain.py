@@ -20,7 +20,7 @@ from simdist.config import parse_overrides
 from simdist.data.dataset import ShardDataset
 from simdist.data.windows import WindowSampler, split_episodes
 from simdist.errors import ConfigError, DatasetError, SimdistError
-from simdist.model.checkpoint import CONFIG_NAME
+from simdist.model.checkpoint import CONFIG_NAME, read_description
 from simdist.model.world_model import WorldModel
 from simdist.train.config import load_setup
 from simdist.train.trainer import Trainer, release_process_group, run_training
@@ -39,6 +39,11 @@ def add_pretrain_arguments(parser: argparse.ArgumentParser) -> None:
         "--device", default="cpu", help="cpu, cuda or cuda:N (under torchrun: cuda:LOCAL_RANK)"
     )
     parser.add_argument("--resume", action="store_true", help="continue the run saved in --out")
+    parser.add_argument(
+        "--partial",
+        action="store_true",
+        help="train on a corpus whose generation has not finished (its completed shards)",
+    )
     parser.add_argument(
         "--no-progress", action="store_true", help="no progress bar (logs still go to TensorBoard)"
     )
@@ -64,9 +69,21 @@ def pretrain(args: argparse.Namespace) -> int:
     dataset = ShardDataset(args.data)
     if dataset.task != args.task:
         raise DatasetError(f"{args.data}: generated for task '{dataset.task}', not '{args.task}'")
+    if not dataset.manifest.get("complete") and not args.partial:
+        raise DatasetError(
+            f"{args.data}: its generation has not finished ({len(dataset.manifest['shards'])} shards): resume it "
+            "with `simdist data generate --out` on the same folder, or pass --partial to train on what is there"
+        )
     out = Path(args.out)
     if not args.resume and (out / CONFIG_NAME).exists():
         raise ConfigError(f"{out} already holds a checkpoint: pass --resume or choose another --out")
+    if args.resume and (out / CONFIG_NAME).exists():
+        saved = read_description(out).get("data_hash")
+        if saved != dataset.data_hash():
+            raise DatasetError(
+                f"{args.data}: not the corpus the run in {out} trained on (its data hash {saved}, this one "
+                f"{dataset.data_hash()}): resume with the same --data"
+            )
     if world > 1:
         if device.type == "cuda":
             torch.cuda.set_device(device)
