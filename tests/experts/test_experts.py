@@ -18,8 +18,23 @@ from simdist.sim import load_task, make_env
 def tiny_go2_expert(tmp_path_factory):
     out = tmp_path_factory.mktemp("expert_go2")
     ecfg = load_expert_config("tiny", {"iterations": 12, "checkpoints": [0, 5], "eval_episodes": 6})
-    train_expert(load_task("go2_foam"), ecfg, "tiny", out)
+    train_expert(load_task("go2_foam"), ecfg, "tiny", out, log_dir=out / "tensorboard")
     return out
+
+
+def test_ppo_logs_each_iteration_once_and_pickles_nothing(tiny_go2_expert):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    assert not list(
+        tiny_go2_expert.rglob("*.pt")
+    )  # the checkpoints are safetensors; rsl-rl's pickles are off
+    steps = []
+    for events in sorted((tiny_go2_expert / "tensorboard").glob("events.*")):  # one file per learn() call
+        log = EventAccumulator(str(events))
+        log.Reload()
+        tag = next(t for t in log.Tags()["scalars"] if t.startswith("Loss/"))
+        steps += [e.step for e in log.Scalars(tag)]
+    assert sorted(steps) == list(range(12)), steps
 
 
 def test_tiny_ppo_improves_over_its_random_start(tmp_path):

@@ -55,7 +55,7 @@ def _manifest_base(cfg: TaskConfig, ecfg: ExpertConfig, preset: str, env: Any, k
 def _rsl_config(ecfg: ExpertConfig, groups: dict[str, list[str]]) -> dict[str, Any]:
     return {
         "num_steps_per_env": ecfg.steps_per_env,
-        "save_interval": 10**9,  # rsl-rl's own pickled saves are not used; checkpoints are safetensors
+        "save_interval": 10**9,  # rsl-rl's own pickled saves are not used (train_ppo disables them too)
         "obs_groups": groups,
         "check_for_nan": True,
         "algorithm": {
@@ -105,6 +105,9 @@ def train_ppo(
         log_dir=str(log_dir) if log_dir else None,
         device="cpu",
     )
+    # The checkpoints are safetensors (below). rsl-rl pickles the whole runner at the end of every learn() call
+    # when it logs, one call per 10 iterations here (135 MB per expert), so its save is switched off.
+    runner.save = lambda *args, **kwargs: None
     marks = sorted({c for c in ecfg.checkpoints if c < ecfg.iterations})
     entries: list[dict[str, Any]] = []
     start, it = time.monotonic(), 0
@@ -132,6 +135,9 @@ def train_ppo(
         next_stop = min([m for m in marks if m > it] + [ecfg.iterations, it + 10])
         runner.learn(next_stop - it)
         it = next_stop
+        runner.current_learning_iteration = (
+            it  # rsl-rl leaves it at the chunk's last; TensorBoard steps go on
+        )
     final = save("final")
     atomic_safetensors(out / "critic.safetensors", runner.alg.critic.state_dict())
     manifest.update(
