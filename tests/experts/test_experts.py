@@ -137,3 +137,38 @@ def test_evaluation_takes_each_members_episodes_in_rounds_not_in_the_order_they_
     for episodes in (12, 24):  # one round of 12 members, then two
         result = evaluate(policy, cfg, "sim", episodes, seed=10000, num_envs=12)
         assert result["fall_rate"] == pytest.approx(1 / 3), (episodes, result)
+
+
+@pytest.mark.parametrize("ending", ["time-out", "termination"])
+def test_the_scripted_experts_critic_bootstraps_time_outs_and_ends_terminations(ending):
+    """Reward 1 every step, 20-step episodes, gamma 0.9, and a critic without a clock: where episodes time out the
+    return goes on (10 = 1 / (1 - 0.9)); where they terminate it ends (6.1, the mean of the returns to the end).
+    Zeroing the return at a time-out taught the critic the time left, which it cannot see."""
+    from simdist.experts.train import CriticRollout, fit_critic
+
+    manifest = {
+        "obs_groups": {"critic": ["privileged"]},
+        "obs_dims": {"privileged": 3},
+        "critic_hidden": [32, 32],
+        "activation": "elu",
+    }
+    rng = np.random.default_rng(0)
+    rollout, envs, length = CriticRollout(), 16, 20
+    for t in range(3 * length):
+        end = (t + 1) % length == 0
+        obs = {"privileged": rng.normal(size=(envs, 3)).astype(np.float32)}
+        terminated = np.full(envs, end and ending == "termination")
+        cut = np.full(envs, (end and ending == "time-out") or t == 3 * length - 1) & ~terminated
+        last = {"privileged": rng.normal(size=(int(cut.sum()), 3)).astype(np.float32)}
+        rollout.add(obs, np.ones(envs), terminated, cut, last)
+    torch.manual_seed(0)
+    critic, _ = fit_critic(manifest, rollout, 0.9, 2000, seed=0)
+    from tensordict import TensorDict
+
+    probe = TensorDict({"privileged": torch.randn(256, 3)}, batch_size=[256])
+    with torch.no_grad():
+        value = float(critic(probe).mean())
+    if ending == "time-out":
+        assert value > 9.0, value
+    else:
+        assert 5.3 < value < 6.9, value

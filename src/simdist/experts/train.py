@@ -171,36 +171,18 @@ def train_scripted_peg(cfg: TaskConfig, ecfg: ExpertConfig, preset: str, out: Pa
         )
     final_level = {"gain": 0.5, "noise": 0.0}
     final_policy = ExpertPolicy(manifest, "final", level=final_level)
-    # Critic: regress privileged observations onto Monte-Carlo discounted returns of the final expert.
-    obs_buf, rew_buf, done_buf = [], [], []
+    # Critic: the final expert's discounted returns on privileged observations (see fit_critic).
+    rollout = CriticRollout()
     obs, _ = env.reset(seed=ecfg.seed)
-    for _ in range(cfg.episode_steps * 3):
-        obs_buf.append({k: obs[k].copy() for k in manifest["obs_dims"]})
-        obs, reward, terminated, truncated, _ = env.step(final_policy.act(obs))
-        rew_buf.append(reward)
-        done_buf.append(terminated | truncated)
-    returns = np.zeros_like(rew_buf[0])
-    targets = []
-    for reward, done in zip(reversed(rew_buf), reversed(done_buf), strict=True):
-        returns = reward + ecfg.gamma * returns * (~done)
-        targets.append(returns.copy())
-    targets = torch.as_tensor(np.concatenate(targets[::-1]), dtype=torch.float32)
-    from tensordict import TensorDict
-
-    inputs = TensorDict(
-        {k: torch.as_tensor(np.concatenate([o[k] for o in obs_buf])) for k in manifest["obs_dims"]},
-        batch_size=[len(targets)],
-    )
-    critic = build_mlp(manifest, "critic")
-    critic.update_normalization(inputs)
-    optim = torch.optim.Adam(critic.parameters(), lr=1e-3)
-    gen = torch.Generator().manual_seed(ecfg.seed)
-    for _ in range(ecfg.critic_fit_steps):
-        idx = torch.randint(len(targets), (256,), generator=gen)
-        loss = torch.mean((critic(inputs[idx])[:, 0] - targets[idx]) ** 2)
-        optim.zero_grad()
-        loss.backward()
-        optim.step()
+    steps = cfg.episode_steps * 3
+    for t in range(steps):
+        before = {k: obs[k].copy() for k in manifest["obs_dims"]}
+        obs, reward, terminated, truncated, info = env.step(final_policy.act(obs))
+        # where an episode was cut (a time-out, or the rollout's end), the state its return continues from
+        cut = ~terminated if t == steps - 1 else truncated & ~terminated
+        last = info.get("final_obs", obs)
+        rollout.add(before, reward, terminated, cut, {k: last[k][cut] for k in manifest["obs_dims"]})
+    critic, loss = fit_critic(manifest, rollout, ecfg.gamma, ecfg.critic_fit_steps, ecfg.seed)
     atomic_safetensors(out / "critic.safetensors", critic.state_dict())
     manifest["actor"] = distil_scripted_actor(cfg, ecfg, manifest, final_policy, out)
     final = {
@@ -214,11 +196,78 @@ def train_scripted_peg(cfg: TaskConfig, ecfg: ExpertConfig, preset: str, out: Pa
         final=final,
         critic="critic.safetensors",
         iterations=len(levels),
-        critic_fit_mse=loss.item(),
+        critic_fit_mse=loss,
         train_minutes=(time.monotonic() - start) / 60,
     )
     env.close()
     return manifest
+
+
+class CriticRollout:
+    """Steps of a vectorised rollout for `fit_critic`: observations, rewards, terminations, and where an episode
+    was cut without terminating (a time-out, the rollout's end) the observation it would have continued from."""
+
+    def __init__(self) -> None:
+        self.obs: list[dict[str, np.ndarray]] = []
+        self.reward: list[np.ndarray] = []
+        self.terminated: list[np.ndarray] = []
+        self.cut: list[np.ndarray] = []
+        self.cut_obs: list[dict[str, np.ndarray]] = []
+
+    def add(self, obs, reward, terminated, cut, cut_obs) -> None:  # type: ignore[no-untyped-def]
+        self.obs.append(obs)
+        self.reward.append(np.asarray(reward, dtype=np.float32))
+        self.terminated.append(np.asarray(terminated, dtype=bool))
+        self.cut.append(np.asarray(cut, dtype=bool))
+        self.cut_obs.append(cut_obs)
+
+
+def fit_critic(
+    manifest: dict[str, Any], rollout: CriticRollout, gamma: float, fit_steps: int, seed: int, rounds: int = 4
+) -> tuple[torch.nn.Module, float]:
+    """A critic regressed onto the rollout's discounted returns: a termination ends a return; a cut (time-out)
+    does not, it is bootstrapped with the critic's own value of the state the episode would have continued
+    from, refitted `rounds` times. (A critic without a clock cannot predict a return that a time-out cut short:
+    zeroing it there taught it the time left, which it never sees.) Returns the critic and its last batch MSE."""
+    from tensordict import TensorDict
+
+    keys = list(manifest["obs_dims"])
+
+    def as_inputs(parts: list[dict[str, np.ndarray]]) -> TensorDict:
+        data = {k: torch.as_tensor(np.concatenate([p[k] for p in parts]), dtype=torch.float32) for k in keys}
+        return TensorDict(data, batch_size=[len(data[keys[0]])])
+
+    inputs = as_inputs(rollout.obs)
+    cut_inputs = as_inputs(rollout.cut_obs)
+    critic = build_mlp(manifest, "critic")
+    critic.update_normalization(inputs)
+    optim = torch.optim.Adam(critic.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(seed)
+    loss = torch.zeros(())
+    for r in range(rounds):
+        with torch.no_grad():
+            boot = (
+                critic(cut_inputs)[:, 0].numpy() if r > 0 and len(cut_inputs) else np.zeros(len(cut_inputs))
+            )
+        returns = np.zeros_like(rollout.reward[0])
+        targets, used = [], len(boot)
+        for reward, terminated, cut in zip(
+            reversed(rollout.reward), reversed(rollout.terminated), reversed(rollout.cut), strict=True
+        ):
+            used -= int(cut.sum())
+            follow = returns.copy()
+            follow[cut] = boot[used : used + int(cut.sum())]
+            returns = reward + gamma * follow * ~terminated
+            targets.append(returns.copy())
+        target = torch.as_tensor(np.concatenate(targets[::-1]), dtype=torch.float32)
+        for _ in range(max(1, fit_steps // rounds)):
+            idx = torch.randint(len(target), (256,), generator=gen)
+            loss = torch.mean((critic(inputs[idx])[:, 0] - target[idx]) ** 2)
+            optim.zero_grad()
+            loss.backward()
+            optim.step()
+    critic.eval()
+    return critic, float(loss.detach())
 
 
 def distil_scripted_actor(
