@@ -11,7 +11,9 @@ from simdist.cli import main
 from simdist.experiment.report import ExperimentResult, PointResult, write_outputs
 
 
-def _run(folder: Path, seed: int, values: dict[str, list[float]], points=(0.0, 5.0)) -> Path:
+def _run(
+    folder: Path, seed: int, values: dict[str, list[float]], points=(0.0, 5.0), settings: dict | None = None
+) -> Path:
     result = ExperimentResult(
         task="ur5e_peg",
         profile="real",
@@ -22,7 +24,12 @@ def _run(folder: Path, seed: int, values: dict[str, list[float]], points=(0.0, 5
         methods=list(values),
         metric="success rate",
         costs={m: {"evaluate": 2.0} for m in values},
-        settings={"command": f"simdist experiment --first-seed {seed}"},
+        settings={
+            "command": f"simdist experiment --first-seed {seed}",
+            "profile_params": {"friction": 0.8, "servo_lag": 0.04},
+            "experiment": {"seeds": 1, "first_seed": seed, "methods": list(values), "eval_episodes": 20},
+            **(settings or {}),
+        },
     )
     for method, per_point in values.items():
         for p, v in zip(points, per_point, strict=True):
@@ -61,6 +68,20 @@ def test_runs_that_do_not_match_or_overlap_are_refused(
     assert "simdist, seed 0, 0 min is also in" in capsys.readouterr().err
     assert main(["experiment-merge", str(a), str(other_points), "--out", str(out)]) == 2
     assert "points [0.0, 5.0, 10.0] differs" in capsys.readouterr().err
+    # the same points and metric, but another profile or protocol: runs of different experiments
+    other_profile = _run(
+        tmp_path / "f",
+        1,
+        {"simdist": [0.5, 0.6]},
+        settings={"profile_params": {"friction": 0.7, "servo_lag": 0.04}},
+    )
+    assert main(["experiment-merge", str(a), str(other_profile), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "profile_params" in err[0] and "0.7" in err[0]
+    fewer = {"experiment": {"seeds": 1, "first_seed": 1, "methods": ["simdist"], "eval_episodes": 10}}
+    other_episodes = _run(tmp_path / "e", 1, {"simdist": [0.5, 0.6]}, settings=fewer)
+    assert main(["experiment-merge", str(a), str(other_episodes), "--out", str(out)]) == 2
+    assert "experiment setting eval_episodes 10 differs from 20" in capsys.readouterr().err
     assert main(["experiment-merge", str(a), str(tmp_path / "none"), "--out", str(out)]) == 2
     assert "no results.json" in capsys.readouterr().err
     (a / "results.json").write_text(

@@ -164,3 +164,32 @@ def test_adapt_refuses_an_existing_out_folder(
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "already exists" in err
+
+
+def test_an_evaluation_cut_short_by_ctrl_c_is_not_a_figure(
+    go2_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`run_deploy` catches Ctrl-C to hold the robot and close the bag; the evaluation must not then average the
+    episodes that happened to finish (2 of 3 here) as if they were the protocol's value."""
+    from simdist.runtime import loop as loop_module
+    from simdist.runtime.adapt import evaluate_on_robot
+    from simdist.runtime.store import ModelStore
+
+    tick = loop_module.DeployLoop.tick
+
+    def interrupted(self, k, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if len(self.stats.episodes) >= 2:
+            raise KeyboardInterrupt
+        return tick(self, k, *args, **kwargs)
+
+    monkeypatch.setattr(loop_module.DeployLoop, "tick", interrupted)
+    overrides = {"episode_seconds": 0.2}
+    with pytest.raises(KeyboardInterrupt):
+        evaluate_on_robot(
+            "go2_slope",
+            "ptfe",
+            ModelStore(go2_model),
+            overrides=overrides,
+            planner_overrides=FAST_PLANNER,
+            episodes=1,
+        )

@@ -517,3 +517,24 @@ def test_the_episodes_of_a_run_do_not_share_the_planners_noise(
         runs.append(seeds[-len(result.stats.episodes) :])  # after the warm-up's resets, one per episode
     assert len(set(runs[0])) == len(runs[0])
     assert runs[0] == runs[1]
+
+
+def test_a_lockstep_run_of_n_ticks_steps_the_simulator_n_times(go2_model: Path, tmp_path: Path) -> None:
+    """The budget counts a run's ticks: the hold at its end ran one more period of physics that no bag counted."""
+    from simdist.hardware.sim_robot import SimRobot
+    from simdist.sim.config import load_task
+
+    robot = SimRobot(load_task("go2_slope"), "ptfe", seed=0)
+    result = run_deploy(
+        "go2_slope",
+        "sim:ptfe",
+        go2_model,
+        ticks=7,
+        robot=robot,
+        bag_dir=tmp_path,
+        planner_overrides=FAST_PLANNER,
+    )
+    assert result.stats.ticks == 7 and robot.sim_time == pytest.approx(
+        7 / 50
+    )  # 7 periods of physics at 50 Hz
+    assert sum(len(e["proprio"]) for e in read_episodes(result.bag)) == 7

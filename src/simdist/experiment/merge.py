@@ -21,6 +21,32 @@ from simdist.experiment.config import METHODS
 from simdist.experiment.report import ExperimentResult, PointResult, write_outputs
 
 SHARED = ("task", "profile", "preset", "points", "budget", "metric")
+# what else a run's settings must share with the others' (where both recorded it): the profile's parameters, the
+# models, the protocol and every experiment setting but which seeds and methods a run took and its threads
+SHARED_SETTINGS = (
+    "control_hz",
+    "protocol",
+    "model",
+    "expert",
+    "task_overrides",
+    "profile_params",
+    "evaluation_seed",
+)
+PER_RUN_EXPERIMENT = ("seeds", "first_seed", "methods", "threads")
+
+
+def _settings_differ(a: dict, b: dict) -> str | None:
+    """The first setting two runs both recorded with different values, as 'name a vs b'; None when none."""
+    for key in SHARED_SETTINGS:
+        if key in a and key in b and a[key] != b[key]:
+            return f"{key} {b[key]!r} differs from {a[key]!r}"
+    ea, eb = a.get("experiment") or {}, b.get("experiment") or {}
+    for key in sorted(set(ea) & set(eb) - set(PER_RUN_EXPERIMENT)):
+        if ea[key] != eb[key]:
+            return f"experiment setting {key} {eb[key]!r} differs from {ea[key]!r}"
+    return None
+
+
 PREDICTION_PLOTS = ("latent_error_by_horizon.png", "slip_velocity.png")
 
 
@@ -52,6 +78,9 @@ def merge(results: list[ExperimentResult], names: list[str], command: str = "") 
                 raise ConfigError(
                     f"{name}: {key} {getattr(result, key)!r} differs from {getattr(first, key)!r} in {names[0]}"
                 )
+        different = _settings_differ(first.settings, result.settings)
+        if different is not None:
+            raise ConfigError(f"{name}: {different} in {names[0]} (runs of different experiments)")
     rows: list[PointResult] = []
     seen: dict[tuple[str, int, float], str] = {}
     for result, name in zip(results, names, strict=True):

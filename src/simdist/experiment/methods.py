@@ -44,6 +44,7 @@ def world_model_methods(
     `zero` is the zero-shot value of the lead's starting model (reused at a point without data, when known).
     """
     from simdist.model.checkpoint import current_version, version_label
+    from simdist.runtime.adapt import completed
     from simdist.runtime.deploy import run_deploy
     from simdist.runtime.finetune import finetune
     from simdist.runtime.real_data import real_episodes
@@ -67,6 +68,7 @@ def world_model_methods(
                     planner_overrides=ecfg.planner_overrides,
                     seed=1000 * seed + i,
                 )
+            completed(deployed)  # a collection cut short is not the budget's data
             assert deployed.bag is not None
             bags.append(deployed.bag)
             lead.steps += deployed.stats.ticks

@@ -312,9 +312,9 @@ def write_view(run: Run, base: Path) -> None:
                 randomize=True,
             )
             probe = pv.fit_probe(models["pretrained (0 min)"], sim, ridge=p.ridge)
-            slip_models = {
-                k: m for k, m in models.items() if not k.startswith(("full_finetune", "oracle pretrained"))
-            }
+            # the probe reads the pretrained encoder's latents: models with encoders of their own (full
+            # finetuning, the oracle, pretrained separately) are not read through it
+            slip_models = {k: m for k, m in models.items() if not k.startswith(("full_finetune", "oracle"))}
             view["slip"] = pv.slip_view(
                 slip_models,
                 probe,

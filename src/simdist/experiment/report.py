@@ -196,7 +196,7 @@ def latent_by_minutes_plot(result: ExperimentResult, path: Path) -> None:
             float(np.mean([r.latent_error for r in result.rows if r.method == method and r.minutes == p]))
             for p in points
         ]
-        note = " (own encoder)" if method == "full_finetune" else ""
+        note = " (own encoder)" if method in ("full_finetune", "oracle") else ""
         ax.plot(points, mean, marker="o", label=LABELS[method] + note)
     ax.set_xlabel("minutes of real data")
     ax.set_ylabel("held-out latent MSE (mean over horizon)")

@@ -4,7 +4,9 @@ profile, with exactly the real-data budget of the other methods, counted in envi
 
 The critic keeps its privileged observations (the simulator's truth), which a real robot could not give it: this
 favours the baseline. Evaluation is the task's protocol with the deterministic actor: one episode per environment,
-Go2 environments i take evaluation speed i mod 3, so 15 environments are exactly 3 speeds x 5 episodes.
+Go2 environments i take evaluation speed i mod 3, so 15 environments are exactly 3 speeds x 5 episodes. These are
+draws of the protocol's distribution from the same evaluation seed, not the world-model methods' very episodes
+(those run one after another on one robot): an RL figure is compared unpaired.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ on all its data so far, publishes (gate) and continues; `full_finetune` trains e
 loss and simdist's very bags; `oracle` is the simdist loop from a model pretrained with the profile inside the
 randomisation; `rl_finetune` runs PPO from the expert on the profile; `zero_shot` is evaluated once. Every
 evaluation uses the task's protocol (Go2: 3 speeds x 5 episodes, forward progress; peg: 20 episodes, success) with
-the same evaluation seed for all methods of a seed.
+the same evaluation seed for all methods of a seed: the world-model methods run the very same episodes (paired);
+`rl_finetune`'s actor runs one episode per environment, the same distribution but other draws (compare unpaired).
 """
 
 from __future__ import annotations

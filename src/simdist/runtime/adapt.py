@@ -21,7 +21,7 @@ import numpy as np
 
 from simdist import atomic, robots
 from simdist.cli import add_overrides_argument, positive_float
-from simdist.errors import ConfigError
+from simdist.errors import ConfigError, SimdistError
 from simdist.runtime.deploy import DeployLoop, resolve_model, run_deploy
 from simdist.runtime.finetune_options import FinetuneOptions, add_option_arguments, options_from_args
 from simdist.runtime.store import ModelStore
@@ -62,6 +62,13 @@ def count_falls(episodes: list[dict[str, Any]]) -> int | None:
     """Episodes that ended in a fall, or None where no episode reports whether it fell (the arm)."""
     fell = [e["metrics"]["fell"] for e in episodes if "fell" in e["metrics"]]
     return int(sum(bool(f) for f in fell)) if fell else None
+
+
+def completed(result: Any) -> None:
+    """Re-raise a Ctrl-C that `run_deploy` caught (it holds the robot and closes the bag first): an evaluation or a
+    collection cut short is not a figure or a round's data."""
+    if result.interrupted:
+        raise KeyboardInterrupt
 
 
 def evaluate_on_robot(
@@ -110,7 +117,10 @@ def evaluate_on_robot(
         on_tick=enough,
         seed=seed,
     )
+    completed(result)
     ended = result.stats.episodes[:count]
+    if len(ended) < count:
+        raise SimdistError(f"the evaluation ended after {len(ended)} of its {count} episodes")
     values = [float(e["metrics"][protocol.metric_key]) for e in ended]
     return protocol.metric, float(np.mean(values)) if values else float("nan"), ended
 
@@ -213,6 +223,7 @@ def adapt(
             planner_overrides=planner_overrides,
             seed=seed + r,
         )
+        completed(result)
         assert result.bag is not None
         bags.append(result.bag)
         report = FinetuneWorker(work, bags, options).start().wait()

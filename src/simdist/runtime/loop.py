@@ -592,8 +592,10 @@ class DeployLoop:
 
     def close(self) -> None:
         """The end of a run: safe hold (not after a safe stop: it would stiffen a damped robot again; that is
-        confirmed instead), stop the planner thread, normal scheduling for the control thread(s)."""
-        if not self.safe_stopped:
+        confirmed instead), stop the planner thread, normal scheduling for the control thread(s). Lockstep (a
+        simulator stepped by the ticks) holds nothing: a command there runs a period of physics at once, one step
+        beyond the run's ticks that no bag or budget counts."""
+        if not self.safe_stopped and self.realtime:
             self._safe_hold()
         else:
             self._confirm_safe_stop()
