@@ -58,7 +58,8 @@ def test_evaluation_never_explores(monkeypatch: pytest.MonkeyPatch) -> None:
 
     def fake_deploy(*args: object, **kwargs: object) -> SimpleNamespace:
         seen.update(kwargs["planner_overrides"])  # type: ignore[arg-type]
-        return SimpleNamespace(stats=SimpleNamespace(episodes=[]))
+        finished = [{"metrics": {"progress_m": 1.0}}] * 15  # the protocol's 3 speeds x 5 episodes
+        return SimpleNamespace(stats=SimpleNamespace(episodes=finished), interrupted=False)
 
     monkeypatch.setattr(adapt, "run_deploy", fake_deploy)
     monkeypatch.setattr("simdist.hardware.sim_robot.SimRobot", lambda *a, **k: None)

@@ -164,8 +164,13 @@ class DeployLoop:
         self._last_kind = "held"  # what the last tick counted as (fresh, late or held)
 
     # -- clock ---------------------------------------------------------------------------------------------------
+    @property
+    def lockstep(self) -> bool:
+        """A simulator stepped by the ticks themselves (its clock is the simulation's)."""
+        return not self.realtime and hasattr(self.robot, "sim_time")
+
     def _now(self) -> float:
-        if self.realtime or not hasattr(self.robot, "sim_time"):
+        if not self.lockstep:
             return time.monotonic()
         return float(self.robot.sim_time)
 
@@ -595,7 +600,7 @@ class DeployLoop:
         confirmed instead), stop the planner thread, normal scheduling for the control thread(s). Lockstep (a
         simulator stepped by the ticks) holds nothing: a command there runs a period of physics at once, one step
         beyond the run's ticks that no bag or budget counts."""
-        if not self.safe_stopped and self.realtime:
+        if not self.safe_stopped and not self.lockstep:
             self._safe_hold()
         else:
             self._confirm_safe_stop()
