@@ -161,7 +161,9 @@ def test_rl_geometry_divides_every_increment() -> None:
 
 def test_oracle_randomisation_contains_the_profile() -> None:
     slope = oracle_randomisation(load_task("go2_slope"), "ptfe")
-    assert slope == {"randomisation.friction": [0.10, 1.2], "randomisation.latency_steps": [0, 3]}
+    assert slope == {"randomisation.friction": [0.15, 1.2]}  # the nominal latency is inside
+    flat = oracle_randomisation(load_task("go2_slope"), "ptfe_flat_2026_12")
+    assert flat == {"randomisation.friction": [0.10, 1.2], "randomisation.latency_steps": [0, 3]}
     peg = oracle_randomisation(load_task("ur5e_peg"), "real_2026_11")
     assert peg["randomisation.latency_steps"] == [0, 2] and peg["randomisation.kp_scale"] == [0.4, 1.2]
     real = oracle_randomisation(load_task("ur5e_peg"), "real")
