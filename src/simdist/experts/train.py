@@ -135,9 +135,8 @@ def train_ppo(
         next_stop = min([m for m in marks if m > it] + [ecfg.iterations, it + 10])
         runner.learn(next_stop - it)
         it = next_stop
-        runner.current_learning_iteration = (
-            it  # rsl-rl leaves it at the chunk's last; TensorBoard steps go on
-        )
+        # rsl-rl leaves its count at the chunk's last iteration; set, the next chunk's TensorBoard steps go on
+        runner.current_learning_iteration = it
     final = save("final")
     atomic_safetensors(out / "critic.safetensors", runner.alg.critic.state_dict())
     manifest.update(
