@@ -600,10 +600,10 @@ class DeployLoop:
         confirmed instead), stop the planner thread, normal scheduling for the control thread(s). Lockstep (a
         simulator stepped by the ticks) holds nothing: a command there runs a period of physics at once, one step
         beyond the run's ticks that no bag or budget counts."""
-        if not self.safe_stopped and not self.lockstep:
-            self._safe_hold()
-        else:
+        if self.safe_stopped:
             self._confirm_safe_stop()
+        elif not self.lockstep:
+            self._safe_hold()
         if self._thread is not None:
             self._thread.close()
             self._thread = None
