@@ -36,7 +36,7 @@ PER_RUN_EXPERIMENT = ("seeds", "first_seed", "methods", "threads")
 
 
 def _settings_differ(a: dict, b: dict) -> str | None:
-    """The first setting two runs both recorded with different values, as 'name a vs b'; None when none."""
+    """The first setting two runs both recorded with different values, as "name B differs from A"; None when none."""
     for key in SHARED_SETTINGS:
         if key in a and key in b and a[key] != b[key]:
             return f"{key} {b[key]!r} differs from {a[key]!r}"

@@ -78,11 +78,11 @@ def pretrain(args: argparse.Namespace) -> int:
     if not args.resume and (out / CONFIG_NAME).exists():
         raise ConfigError(f"{out} already holds a checkpoint: pass --resume or choose another --out")
     if args.resume and (out / CONFIG_NAME).exists():
-        saved = read_description(out).get("data_hash")
-        if saved != dataset.data_hash():
+        saved, this = read_description(out).get("data_hash"), dataset.data_hash()
+        if saved != this:
             raise DatasetError(
                 f"{args.data}: not the corpus the run in {out} trained on (its data hash {saved}, this one "
-                f"{dataset.data_hash()}): resume with the same --data"
+                f"{this}): resume with the same --data"
             )
     if world > 1:
         if device.type == "cuda":
