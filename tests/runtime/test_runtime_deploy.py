@@ -121,6 +121,46 @@ def test_ctrl_c_stops_safely_and_leaves_a_complete_bag(go2_model: Path, tmp_path
     assert (Path(result.bag) / "metadata.yaml").is_file()
 
 
+def test_a_tick_that_fails_after_its_command_went_out_sends_no_second_command(
+    go2_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure after the action was sent (here the bag's write of tick 5) sends no hold on top of it: in lockstep
+    a hold would be a second period of physics within one tick. The robot's command stands and the history records it."""
+    from simdist.bags.writer import BagWriter
+    from simdist.hardware.sim_robot import SimRobot
+
+    original, calls = BagWriter.append, {"n": 0}
+
+    def failing(self: BagWriter, **kw):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 6:
+            raise OSError("disk full")
+        return original(self, **kw)
+
+    sent: list[str] = []
+    send, hold = SimRobot.send_action, SimRobot.hold
+    monkeypatch.setattr(BagWriter, "append", failing)
+    monkeypatch.setattr(SimRobot, "send_action", lambda self, a: (sent.append("action"), send(self, a))[1])
+    monkeypatch.setattr(SimRobot, "hold", lambda self: (sent.append("hold"), hold(self))[1])
+    recorded: list[np.ndarray] = []
+    result = run_deploy(
+        "go2_slope",
+        "sim:sim",
+        go2_model,
+        ticks=10,
+        bag_dir=tmp_path / "bags",
+        planner_overrides=FAST_PLANNER,
+        on_tick=lambda k, loop: recorded.append(loop._prev_action.copy()),
+    )
+    stats = result.stats
+    assert stats.ticks == 10 and stats.errors == 1 and stats.held == 0 and stats.fresh == 10
+    assert sent[:10] == ["action"] * 10  # one command per tick, none held (old code: a hold after tick 5's action)
+    episodes = read_episodes(result.bag)
+    flat = np.concatenate([e["action"] for e in episodes])
+    assert len(flat) == 9  # the failed write's tick is missing from the bag, every other tick is there
+    assert not np.allclose(recorded[5], recorded[4])  # the history kept tick 5's planned action, not a hold
+
+
 def test_the_robot_is_stopped_whatever_fails_on_the_way_out_and_never_connected_for_bad_settings(
     go2_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -360,6 +360,7 @@ class DeployLoop:
         stamp = self._stamp_ns(k, now)
         deadline = now + self.deadline_fraction * self.period if deadline is None else deadline
         pending = False
+        sent: np.ndarray | None = None  # the action the robot got this tick (a failure after it sends no hold)
         marks = [time.perf_counter()]  # phase boundaries, to say where a tick longer than its period went
         missed = 0 if self._last_tick is None else k - self._last_tick - 1
         self._last_tick = k
@@ -412,6 +413,7 @@ class DeployLoop:
                 if result.held:
                     kind = "held"
                     action = self._hold_action()
+            sent = action
             self.stats.act_seconds.append(time.perf_counter() - marks[1])
             if self.planner.config.plan_ahead and not obs.stale:
                 try:
@@ -441,13 +443,17 @@ class DeployLoop:
                 self._last_recorded = k
         except Exception:
             self.stats.errors += 1
-            log.exception("deploy: tick %d failed; holding", k)
-            self._safe_hold()
-            if pending:  # keep the history consistent: this step's action was the hold
-                hold = self._hold_action()
-                self.history.record(hold)
-                self._prev_action = hold
-                self._count("held")
+            if sent is None:
+                log.exception("deploy: tick %d failed; holding", k)
+                self._safe_hold()
+            else:  # the command went out: it stands for this period (a hold now would be a second command, and in
+                # lockstep a second period of physics within one tick)
+                log.exception("deploy: tick %d failed after its command was sent", k)
+            if pending:  # keep the history consistent: this step's action was the one the robot got
+                done = self._hold_action() if sent is None else sent
+                self.history.record(done)
+                self._prev_action = done
+                self._count("held" if sent is None else kind)
         marks.append(time.perf_counter())
         if self.realtime and marks[-1] - marks[0] > self.period:
             self._slow_tick(k, marks)
