@@ -154,9 +154,8 @@ def test_a_tick_that_fails_after_its_command_went_out_sends_no_second_command(
     )
     stats = result.stats
     assert stats.ticks == 10 and stats.errors == 1 and stats.held == 0 and stats.fresh == 10
-    assert (
-        sent[:10] == ["action"] * 10
-    )  # one command per tick, none held (old code: a hold after tick 5's action)
+    # one command per tick, none held (the old code sent a hold after tick 5's action)
+    assert sent[:10] == ["action"] * 10
     episodes = read_episodes(result.bag)
     flat = np.concatenate([e["action"] for e in episodes])
     assert len(flat) == 9  # the failed write's tick is missing from the bag, every other tick is there

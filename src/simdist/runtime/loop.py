@@ -360,9 +360,8 @@ class DeployLoop:
         stamp = self._stamp_ns(k, now)
         deadline = now + self.deadline_fraction * self.period if deadline is None else deadline
         pending = False
-        sent: np.ndarray | None = (
-            None  # the action the robot got this tick (a failure after it sends no hold)
-        )
+        # the action the robot got this tick (a failure after it sends no hold)
+        sent: np.ndarray | None = None
         marks = [time.perf_counter()]  # phase boundaries, to say where a tick longer than its period went
         missed = 0 if self._last_tick is None else k - self._last_tick - 1
         self._last_tick = k
