@@ -16,6 +16,7 @@ from simdist.errors import ConfigError
 from simdist.experiment import METHODS, load_experiment_config
 from simdist.experiment.config import budget_steps, increments, parse_points, rl_geometry
 from simdist.experiment.oracle import oracle_randomisation
+from simdist.model.checkpoint import read_description
 from simdist.sim.config import load_task
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -161,7 +162,7 @@ def test_rl_geometry_divides_every_increment() -> None:
 
 def test_oracle_randomisation_contains_the_profile() -> None:
     slope = oracle_randomisation(load_task("go2_slope"), "ptfe")
-    assert slope == {"randomisation.friction": [0.15, 1.2]}  # the nominal latency is inside
+    assert slope == {"randomisation.friction": [0.15, 1.2], "randomisation.latency_steps": [0, 2]}
     flat = oracle_randomisation(load_task("go2_slope"), "ptfe_flat_2026_12")
     assert flat == {"randomisation.friction": [0.10, 1.2], "randomisation.latency_steps": [0, 3]}
     peg = oracle_randomisation(load_task("ur5e_peg"), "real_2026_11")
@@ -174,6 +175,33 @@ def test_oracle_randomisation_contains_the_profile() -> None:
     assert widened == {"randomisation.friction": [0.05, 1.2], "randomisation.slope_deg": [0.0, 9.0]}
     cfg = load_task("go2_slope", widened)  # the overrides are valid task overrides
     assert cfg.randomisation["friction"] == [0.05, 1.2]
+
+
+def test_a_reused_oracle_is_checked_against_the_widened_randomisation(
+    base_model: Path, tmp_path: Path
+) -> None:
+    """Pretraining records the corpus's randomisation in the checkpoint; `--oracle-model` is refused when that does
+    not cover the profile, and an older checkpoint without the record is used with a line saying it is unchecked."""
+    import shutil
+
+    import yaml
+
+    from simdist.experiment.oracle import check_oracle
+
+    recorded = read_description(base_model)["extra"]["randomisation"]
+    assert recorded == {k: list(v) for k, v in load_task(TASK, OVERRIDES).randomisation.items()}
+    widened = oracle_randomisation(load_task(TASK, OVERRIDES), PROFILE)
+    with pytest.raises(ConfigError, match=r"friction \[0.3, 1.2\] does not cover \[0.15, 1.2\]"):
+        check_oracle(base_model, widened)
+    check_oracle(base_model, {"randomisation.friction": [0.4, 1.0]})  # inside: accepted
+    older = tmp_path / "older"
+    shutil.copytree(base_model, older)
+    description = yaml.safe_load((older / "world_model.yaml").read_text())
+    del description["extra"]["randomisation"]
+    (older / "world_model.yaml").write_text(yaml.safe_dump(description, sort_keys=False))
+    lines: list[str] = []
+    check_oracle(older, widened, lines.append)
+    assert len(lines) == 1 and "not checked" in lines[0]
 
 
 def test_config_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

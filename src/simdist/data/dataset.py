@@ -191,6 +191,11 @@ class ShardDataset:
         return str(self.manifest["task"])
 
     @property
+    def randomisation(self) -> dict[str, list[float]] | None:
+        """The task's randomisation the corpus was drawn from (None: a corpus older than that record)."""
+        return self.manifest.get("info", {}).get("randomisation")
+
+    @property
     def normalizer(self) -> dict[str, dict[str, list[float]]]:
         return self.manifest["normalizer"]
 

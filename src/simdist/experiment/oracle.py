@@ -30,6 +30,30 @@ def oracle_randomisation(cfg: TaskConfig, profile: str) -> dict[str, list[float]
     return out
 
 
+def check_oracle(model: Path, widened: Mapping[str, list[float]], log: Any = print) -> None:
+    """Refuse a reused oracle checkpoint whose corpus was not drawn from (at least) the widened randomisation.
+
+    Checkpoints pretrained before the corpus's randomisation was recorded (2026-12-07) cannot be checked: said in
+    the log, and reusing one stays the user's statement."""
+    from simdist.errors import ConfigError
+    from simdist.model.checkpoint import read_description
+
+    recorded = read_description(model).get("extra", {}).get("randomisation")
+    if recorded is None:
+        log(
+            f"oracle: {model} does not record its corpus's randomisation; not checked against {dict(widened)}"
+        )
+        return
+    short = []
+    for key, (low, high) in widened.items():
+        name = key.removeprefix("randomisation.")
+        lo, hi = recorded.get(name, [None, None])
+        if lo is None or lo > low or hi < high:
+            short.append(f"{name} {[lo, hi] if lo is not None else 'fixed'} does not cover [{low}, {high}]")
+    if short:
+        raise ConfigError(f"--oracle-model {model}: its corpus's randomisation {'; '.join(short)}")
+
+
 def pretrain_pipeline(
     task: str,
     expert: Path,

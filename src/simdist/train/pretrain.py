@@ -115,6 +115,8 @@ def _train(args, setup, dataset, out, device, rank, world) -> int:  # type: igno
     }
     model = WorldModel.build(dims, setup.model, dataset.normalizer)
     trainer = Trainer(model, setup, sampler, device, rank=rank, world=world)
+    if dataset.randomisation is not None:
+        trainer.corpus = {"randomisation": dataset.randomisation}
     if args.resume:
         trainer.resume(out)
     main = rank == 0

@@ -10,6 +10,7 @@ import dataclasses
 import gc
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,6 +40,8 @@ class Trainer:
     rank: int = 0
     world: int = 1
     step: int = 0
+    # what the corpus was generated under, written into every checkpoint (the simulation's randomisation)
+    corpus: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         cfg = self.setup.train
@@ -95,6 +98,7 @@ class Trainer:
             "step": self.step,
             "setup_hash": self.setup.hash(),
             "train": dataclasses.asdict(self.setup.train),
+            **self.corpus,
         }
         save_checkpoint(self.model, out_dir, task=task, data_hash=data_hash, extra=extra)
         save_optimizer(out_dir / STATE_NAME, self.optimizer, step=self.step, setup_hash=self.setup.hash())
