@@ -189,3 +189,22 @@ def test_a_shard_keeps_its_policy_mix_however_long_each_policys_episodes_are(mon
     assert abs(np.mean(shares) - 0.5) < 0.08, (
         shares
     )  # 0.54 here (seeded); 0.38 when running episodes were dropped
+
+
+def test_the_corpus_records_the_randomisation_it_was_drawn_from(tmp_path, monkeypatch):
+    """An oracle is checked against this record (`simdist experiment --oracle-model`): a corpus drawn without
+    randomisation must not claim the task's ranges."""
+    import simdist.data.generate as gen
+    from simdist.data.dataset import ShardDataset
+
+    cfg = load_task("go2_foam", {"episode_seconds": 0.5})
+    monkeypatch.setattr(gen, "Expert", lambda _: FakeExpert())
+    for randomize, name in ((True, "drawn"), (False, "nominal")):
+        dcfg = dataclasses.replace(
+            load_data_config("tiny"), steps=100, steps_per_shard=100, randomize=randomize
+        )
+        generate(cfg, dcfg, tmp_path / "expert", tmp_path / name, "tiny")
+    assert ShardDataset(tmp_path / "drawn").randomisation == {
+        k: list(v) for k, v in cfg.randomisation.items()
+    }
+    assert ShardDataset(tmp_path / "nominal").randomisation == {}

@@ -181,26 +181,43 @@ def test_a_reused_oracle_is_checked_against_the_widened_randomisation(
     base_model: Path, tmp_path: Path
 ) -> None:
     """Pretraining records the corpus's randomisation in the checkpoint; `--oracle-model` is refused when that does
-    not cover the profile, and an older checkpoint without the record is used with a line saying it is unchecked."""
+    not cover the task's randomisation widened to the profile (every parameter, also those the profile leaves
+    inside), and an older checkpoint without the record is used with a line saying it is unchecked."""
     import shutil
 
     import yaml
 
     from simdist.experiment.oracle import check_oracle
 
+    cfg = load_task(TASK, OVERRIDES)
     recorded = read_description(base_model)["extra"]["randomisation"]
-    assert recorded == {k: list(v) for k, v in load_task(TASK, OVERRIDES).randomisation.items()}
-    widened = oracle_randomisation(load_task(TASK, OVERRIDES), PROFILE)
+    assert recorded == {k: list(v) for k, v in cfg.randomisation.items()}
     with pytest.raises(ConfigError, match=r"friction \[0.3, 1.2\] does not cover \[0.15, 1.2\]"):
-        check_oracle(base_model, widened)
-    check_oracle(base_model, {"randomisation.friction": [0.4, 1.0]})  # inside: accepted
-    older = tmp_path / "older"
-    shutil.copytree(base_model, older)
-    description = yaml.safe_load((older / "world_model.yaml").read_text())
-    del description["extra"]["randomisation"]
-    (older / "world_model.yaml").write_text(yaml.safe_dump(description, sort_keys=False))
+        check_oracle(base_model, cfg, PROFILE)
+    check_oracle(base_model, cfg, "sim_steep")  # inside the randomisation: accepted
+
+    def variant(name: str, randomisation: dict | None) -> Path:
+        folder = tmp_path / name
+        shutil.copytree(base_model, folder)
+        description = yaml.safe_load((folder / "world_model.yaml").read_text())
+        if randomisation is None:
+            del description["extra"]["randomisation"]
+        else:
+            description["extra"]["randomisation"] = randomisation
+        (folder / "world_model.yaml").write_text(yaml.safe_dump(description, sort_keys=False))
+        return folder
+
+    # widened for friction alone: the latency the profile leaves inside must be covered too
+    friction_only = variant("friction_only", {**recorded, "friction": [0.15, 1.2], "latency_steps": [0, 0]})
+    with pytest.raises(ConfigError, match=r"latency_steps \[0, 0\] does not cover \[0, 2\]"):
+        check_oracle(friction_only, cfg, PROFILE)
+    no_slope = {k: v for k, v in recorded.items() if k != "slope_deg"}
+    with pytest.raises(ConfigError, match="slope_deg fixed does not cover"):
+        check_oracle(variant("no_slope", no_slope), cfg, "sim_steep")
+    with pytest.raises(ConfigError, match="friction fixed"):  # a corpus drawn without randomisation
+        check_oracle(variant("fixed", {}), cfg, PROFILE)
     lines: list[str] = []
-    check_oracle(older, widened, lines.append)
+    check_oracle(variant("older", None), cfg, PROFILE, lines.append)
     assert len(lines) == 1 and "not checked" in lines[0]
 
 

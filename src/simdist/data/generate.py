@@ -164,8 +164,8 @@ def generate(cfg: TaskConfig, dcfg: DataConfig, expert_dir: Path, out: Path, pre
             }
         ),
         "expert": str(expert_dir),
-        # read back by pretraining into the checkpoint (an oracle is checked against it)
-        "randomisation": {k: list(v) for k, v in cfg.randomisation.items()},
+        # read back by pretraining into the checkpoint (an oracle is checked against it); none drawn: empty
+        "randomisation": {k: list(v) for k, v in cfg.randomisation.items()} if dcfg.randomize else {},
     }
     shards = -(-dcfg.steps // dcfg.steps_per_shard)
     done = resume(out).next_shard if (out / "manifest.json").exists() else 0

@@ -167,7 +167,7 @@ def oracle_folder(run: Run, oracle_model: Path | None) -> Path:
     widened = oracle_randomisation(run.cfg, run.profile)
     run.result.settings["oracle_randomisation"] = widened
     if oracle_model is not None:
-        check_oracle(oracle_model, widened, run.log)
+        check_oracle(oracle_model, run.cfg, run.profile, run.log)
         run.result.settings["oracle_model"] = str(oracle_model)
         return oracle_model
     o = run.ecfg.oracle

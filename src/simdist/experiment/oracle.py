@@ -30,8 +30,9 @@ def oracle_randomisation(cfg: TaskConfig, profile: str) -> dict[str, list[float]
     return out
 
 
-def check_oracle(model: Path, widened: Mapping[str, list[float]], log: Any = print) -> None:
-    """Refuse a reused oracle checkpoint whose corpus was not drawn from (at least) the widened randomisation.
+def check_oracle(model: Path, cfg: TaskConfig, profile: str, log: Any = print) -> None:
+    """Refuse a reused oracle checkpoint whose corpus was not drawn from the task's randomisation widened to hold
+    `profile` (every randomised parameter, not only the widened ones).
 
     Checkpoints pretrained before the corpus's randomisation was recorded (2026-12-07) cannot be checked: said in
     the log, and reusing one stays the user's statement."""
@@ -39,17 +40,22 @@ def check_oracle(model: Path, widened: Mapping[str, list[float]], log: Any = pri
     from simdist.model.checkpoint import read_description
 
     recorded = read_description(model).get("extra", {}).get("randomisation")
+    required = {name: list(span) for name, span in cfg.randomisation.items()}
+    required.update(
+        {k.removeprefix("randomisation."): v for k, v in oracle_randomisation(cfg, profile).items()}
+    )
     if recorded is None:
-        log(
-            f"oracle: {model} does not record its corpus's randomisation; not checked against {dict(widened)}"
-        )
+        log(f"oracle: {model} does not record its corpus's randomisation; not checked against {required}")
         return
     short = []
-    for key, (low, high) in widened.items():
-        name = key.removeprefix("randomisation.")
-        lo, hi = recorded.get(name, [None, None])
-        if lo is None or lo > low or hi < high:
-            short.append(f"{name} {[lo, hi] if lo is not None else 'fixed'} does not cover [{low}, {high}]")
+    for name, (low, high) in required.items():
+        if name not in recorded:  # drawn at its nominal value: covers only that value
+            if not low == high == cfg.nominal.get(name):
+                short.append(f"{name} fixed does not cover [{low}, {high}]")
+            continue
+        lo, hi = recorded[name]
+        if lo > low or hi < high:
+            short.append(f"{name} [{lo}, {hi}] does not cover [{low}, {high}]")
     if short:
         raise ConfigError(f"--oracle-model {model}: its corpus's randomisation {'; '.join(short)}")
 

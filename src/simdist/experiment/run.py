@@ -311,8 +311,16 @@ def run(args: argparse.Namespace) -> int:
     ecfg = load_experiment_config(args.preset, extra)
     model = resolve_model(args.task, args.model)
     expert = args.expert or Path("runs/experts") / args.task
-    if args.oracle_model is not None:
+    if args.oracle_model is not None:  # before any work: the model, and its corpus's randomisation
+        from simdist.experiment.oracle import check_oracle
+
         resolve_model(args.task, args.oracle_model)
+        check_oracle(
+            args.oracle_model,
+            load_task(args.task, overrides),
+            args.profile,
+            lambda m: print(m, file=sys.stderr, flush=True),
+        )
     out = args.out or _next_out(Path("runs/experiments"), f"{args.task}_{args.profile}")
     if out.exists():
         raise ConfigError(f"--out {out} already exists: choose a new run folder")
