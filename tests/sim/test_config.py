@@ -15,7 +15,7 @@ def test_unknown_task_lists_valid():
 def test_unknown_profile_lists_valid():
     with pytest.raises(
         ConfigError,
-        match=r"unknown profile 'ice'.*ptfe, ptfe_2026_11, ptfe_2026_12, ptfe_b, ptfe_b_2026_12, ptfe_b_flat_2026_12, ptfe_flat_2026_12, sim",
+        match=r"unknown profile 'ice'.*ptfe, ptfe_2026_11, ptfe_2026_12, ptfe_b, ptfe_b_2026_12, ptfe_b_flat_2026_12, ptfe_b_ramp_2026_12_07, ptfe_flat_2026_12, ptfe_ramp_2026_12_07, sim, sim_steep",
     ):
         make_env("go2_slope", "ice")
 
@@ -47,7 +47,7 @@ def test_cli_bad_arguments_are_one_line_exit_2(capsys):
     assert main(["render", "--task", "go2_slope", "--profile", "ice", "--out", "/tmp/x.png"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
-        "simdist: error: unknown profile 'ice' for task go2_slope (valid: ptfe, ptfe_2026_11, ptfe_2026_12, ptfe_b, ptfe_b_2026_12, ptfe_b_flat_2026_12, ptfe_flat_2026_12, sim)"
+        "simdist: error: unknown profile 'ice' for task go2_slope (valid: ptfe, ptfe_2026_11, ptfe_2026_12, ptfe_b, ptfe_b_2026_12, ptfe_b_flat_2026_12, ptfe_b_ramp_2026_12_07, ptfe_flat_2026_12, ptfe_ramp_2026_12_07, sim, sim_steep)"
     ]
 
 
