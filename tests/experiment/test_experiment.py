@@ -195,6 +195,14 @@ def test_a_reused_oracle_is_checked_against_the_widened_randomisation(
     with pytest.raises(ConfigError, match=r"friction \[0.3, 1.2\] does not cover \[0.15, 1.2\]"):
         check_oracle(base_model, cfg, PROFILE)
     check_oracle(base_model, cfg, "sim_steep")  # inside the randomisation: accepted
+    from simdist.experiment import run_experiment
+
+    with pytest.raises(ConfigError, match="--oracle-model"):  # refused before the run folder exists
+        run_experiment(
+            TASK, PROFILE, model=base_model, expert=tmp_path / "expert", out=tmp_path / "run", preset="tiny",
+            overrides=OVERRIDES, oracle_model=base_model,
+        )  # fmt: skip
+    assert not (tmp_path / "run").exists()
 
     def variant(name: str, randomisation: dict | None) -> Path:
         folder = tmp_path / name

@@ -162,12 +162,11 @@ def rl_method(run: Run, seed: int) -> None:
 
 
 def oracle_folder(run: Run, oracle_model: Path | None) -> Path:
-    from simdist.experiment.oracle import check_oracle, oracle_randomisation, pretrain_pipeline
+    from simdist.experiment.oracle import oracle_randomisation, pretrain_pipeline
 
     widened = oracle_randomisation(run.cfg, run.profile)
     run.result.settings["oracle_randomisation"] = widened
     if oracle_model is not None:
-        check_oracle(oracle_model, run.cfg, run.profile, run.log)
         run.result.settings["oracle_model"] = str(oracle_model)
         return oracle_model
     o = run.ecfg.oracle

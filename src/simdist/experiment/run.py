@@ -138,6 +138,10 @@ def run_experiment(
     overrides = dict(overrides or {})
     cfg = load_task(task, overrides)
     cfg.profile(profile)
+    if oracle_model is not None:  # before any work: its corpus's randomisation must hold the profile
+        from simdist.experiment.oracle import check_oracle
+
+        check_oracle(oracle_model, cfg, profile, log or print)
     evaluation = robots.get(cfg.robot).evaluation(cfg, ecfg.eval_episodes)
     metric, description = evaluation.metric, evaluation.description
     if ecfg.threads > 0:
@@ -311,16 +315,8 @@ def run(args: argparse.Namespace) -> int:
     ecfg = load_experiment_config(args.preset, extra)
     model = resolve_model(args.task, args.model)
     expert = args.expert or Path("runs/experts") / args.task
-    if args.oracle_model is not None:  # before any work: the model, and its corpus's randomisation
-        from simdist.experiment.oracle import check_oracle
-
+    if args.oracle_model is not None:
         resolve_model(args.task, args.oracle_model)
-        check_oracle(
-            args.oracle_model,
-            load_task(args.task, overrides),
-            args.profile,
-            lambda m: print(m, file=sys.stderr, flush=True),
-        )
     out = args.out or _next_out(Path("runs/experiments"), f"{args.task}_{args.profile}")
     if out.exists():
         raise ConfigError(f"--out {out} already exists: choose a new run folder")
