@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -86,3 +87,36 @@ def test_an_audited_run_is_the_unaudited_run_and_the_policy_chunk_is_a_candidate
     assert -1.0 <= report["rank_head_truth"]["mean"] <= 1.0
     # a random model's dynamics do not know the robot: its latents are off those the encoder reads from the truth
     assert report["latent_error_gauss"]["mean"] > 0.0 and report["latent_error_policy"]["mean"] > 0.0
+
+
+def test_each_gait_of_the_policy_is_audited_beside_the_base_chunk(go2_model: Path) -> None:
+    settings = [
+        grid.parse_setting(
+            "gaits:num_samples=4,num_policy_samples=4,elites=2,policy_command_scales=[0.5,1.5]"
+        )
+    ]
+    no_falls = {"termination.max_tilt_deg": 180.0, "termination.min_base_height": -1.0}
+    no_falls["termination.contact_force_n"] = 1e9
+    kwargs = {"episodes": 1, "say": lambda _: None, "overrides": {"episode_seconds": 0.2, **no_falls}}
+    cell = grid.measure("go2_foam", "foam", go2_model, [0], settings, audit_every=2, **kwargs)["cells"][
+        "v0000 gaits"
+    ]
+    report = cell["audit"]
+    for label in ("x1", "x0.5", "x1.5"):
+        for figure in ("bias", "gain", "predicted_gain", "score_gain"):
+            assert f"{figure}_{label}" in report
+    # the base chunk against itself: the same rollout, the same prediction, the same score
+    for figure in ("gain", "predicted_gain", "score_gain"):
+        assert report[f"{figure}_x1"]["mean"] == 0.0
+    # the other gaits differ from it, in truth and as predicted
+    assert report["gain_x0.5"]["mean"] != 0.0 and report["predicted_gain_x1.5"]["mean"] != 0.0
+    # the base chunk's bias is one of the candidates' biases: within their spread
+    assert abs(report["bias_x1"]["mean"]) <= report["error_reward"]["mean"] * 10
+
+
+def test_proposal_labels_follow_the_planners_order() -> None:
+    # the planner's own decoding of its best chunk: divmod(index, leads + 1) = (scale index, lead)
+    cfg = SimpleNamespace(policy_command_scales=[0.5], policy_max_lead=1)
+    assert audit.proposal_labels(cfg) == ["x1+0", "x1+1", "x0.5+0", "x0.5+1"]
+    cfg = SimpleNamespace(policy_command_scales=[1.5, 0.75], policy_max_lead=0)
+    assert audit.proposal_labels(cfg) == ["x1", "x1.5", "x0.75"]

@@ -19,6 +19,12 @@ too. Per tick that gives:
 - `latent_error_gauss`, `latent_error_policy`: mean squared error (normalised latent space, over the steps before an
   episode end) between the predicted latents and the encoder's latents of the true rollouts, for the Gaussian
   samples and for the samples around the base policy's chunks (how well the dynamics know where the search goes).
+Where several of the base policy's chunks compete (`policy_command_scales`, leads), each of them, named by its
+command scale and lead (`x0.5`, `x1.0+2`), also gets, per tick:
+- `bias_<chunk>`: its predicted reward sum minus its true one (is the model's optimism the same for every gait?);
+- `gain_<chunk>`: its true reward sum minus the base chunk's (which gait truly earns more here);
+- `predicted_gain_<chunk>`, `score_gain_<chunk>`: the same difference as the model predicts it, and in the
+  planner's score (what the model believes it gains by choosing that gait).
 The main run is never touched: the copies are stepped, not the robot, so the audited run is the unaudited one.
 """
 
@@ -132,9 +138,10 @@ class Auditor:
             latents = model.predict(ctx.expand(n), chunks)
             rewards, _ = model.score(ctx.expand(n), latents, chunks, cmd, last_value_only=True)
             predicted = (rewards @ discounts).numpy().astype(float)
-        n_gauss = planner.config.num_samples
+        cfg = planner.config
+        n_gauss = cfg.num_samples
         first = len(self._candidates[0][0])  # the first iteration's: its Gaussian samples, then the policy's
-        has_policy = planner.config.num_policy_samples > 0 and first > n_gauss
+        has_policy = cfg.num_policy_samples > 0 and first > n_gauss
         extra = [plan.actions.numpy()] + ([chunks[n_gauss].numpy()] if has_policy else [])
         truth, seen, valid = rollouts(env, np.concatenate([chunks.numpy(), np.stack(extra)]), self.discount)
         true_c, true_executed = truth[:n], truth[n]
@@ -148,36 +155,58 @@ class Auditor:
             head_truth = ((head_rewards * mask) @ discounts).numpy().astype(float)
             squared = ((latents - true_latents) ** 2).mean(-1)
             per_chunk = ((squared * mask).sum(1) / mask.sum(1)).numpy().astype(float)
-        self.records.append(
-            {
-                "reward_policy": float(base),
-                "rank_reward": spearman(predicted, true_c),
-                "rank_score": spearman(scores[finite], true_c[finite]),
-                "spread": float(np.std(true_c)),
-                "gain_executed": float(true_executed - base),
-                "gain_best": float(true_c.max() - base),
-                "error_reward": float(np.mean(np.abs(predicted - true_c))),
-                "bias_reward": float(np.mean(predicted - true_c)),
-                "rank_head_truth": spearman(head_truth, true_c),
-                # later iterations' candidates are Gaussian samples again
-                "latent_error_gauss": float(np.concatenate([per_chunk[:n_gauss], per_chunk[first:]]).mean()),
-                "latent_error_policy": float(per_chunk[n_gauss:first].mean())
-                if first > n_gauss
-                else float("nan"),
-            }
-        )
+        record: dict[str, float] = {
+            "reward_policy": float(base),
+            "rank_reward": spearman(predicted, true_c),
+            "rank_score": spearman(scores[finite], true_c[finite]),
+            "spread": float(np.std(true_c)),
+            "gain_executed": float(true_executed - base),
+            "gain_best": float(true_c.max() - base),
+            "error_reward": float(np.mean(np.abs(predicted - true_c))),
+            "bias_reward": float(np.mean(predicted - true_c)),
+            "rank_head_truth": spearman(head_truth, true_c),
+            # later iterations' candidates are Gaussian samples again
+            "latent_error_gauss": float(np.concatenate([per_chunk[:n_gauss], per_chunk[first:]]).mean()),
+            "latent_error_policy": float(per_chunk[n_gauss:first].mean())
+            if first > n_gauss
+            else float("nan"),
+        }
+        if (
+            has_policy and cfg.policy_chunks > 1
+        ):  # the policy's own chunks (each gait, each lead) side by side
+            for i, label in enumerate(proposal_labels(cfg)):
+                j = n_gauss + i
+                record[f"bias_{label}"] = float(predicted[j] - true_c[j])
+                record[f"gain_{label}"] = float(true_c[j] - base)
+                record[f"predicted_gain_{label}"] = float(predicted[j] - predicted[n_gauss])
+                record[f"score_gain_{label}"] = float(scores[j] - scores[n_gauss])
+        self.records.append(record)
+
+
+def proposal_labels(cfg: Any) -> list[str]:
+    """Names of the base policy's competing chunks in the planner's order (command scale major, lead minor):
+    `x<scale>`, with `+<lead>` where leads compete."""
+    scales = (1.0, *cfg.policy_command_scales)
+    leads = range(cfg.policy_max_lead + 1)
+    return [f"x{scale:g}" + (f"+{lead}" if cfg.policy_max_lead else "") for scale in scales for lead in leads]
 
 
 def summarise(records: list[dict[str, float]]) -> dict[str, Any]:
     """Mean and standard error over audited ticks of each per-tick figure (nan ticks left out)."""
     out: dict[str, Any] = {"ticks": len(records)}
-    for key in TICK_KEYS:
+    for key in figure_keys(records):
         values = np.array([r[key] for r in records], dtype=float)
         values = values[np.isfinite(values)]
         mean = float(values.mean()) if len(values) else float("nan")
         stderr = float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else float("nan")
         out[key] = {"mean": mean, "stderr": stderr}
     return out
+
+
+def figure_keys(records: list[dict[str, float]]) -> list[str]:
+    """TICK_KEYS, then the per-chunk figures the records carry, in their first appearance's order."""
+    extra = dict.fromkeys(k for r in records for k in r if k not in TICK_KEYS)
+    return [*TICK_KEYS, *extra]
 
 
 def auditing(every: int | None, discount: float) -> tuple[Auditor | None, Callable[[Any], None] | None]:

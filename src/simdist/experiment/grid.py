@@ -315,7 +315,8 @@ def _audit_table(result: dict[str, Any], versions: list[int], settings: list[tup
     for cell in cells:
         table.add_column(cell, justify="right")
     table.add_row("ticks", *(str(result["cells"][c]["audit"]["ticks"]) for c in cells))
-    for key in TICK_KEYS:
-        figures = (result["cells"][c]["audit"][key] for c in cells)
-        table.add_row(key, *(f"{f['mean']:.3f} ({f['stderr']:.3f})" for f in figures))
+    keys = dict.fromkeys([*TICK_KEYS, *(k for c in cells for k in result["cells"][c]["audit"])])
+    for key in [k for k in keys if k not in ("ticks", "every")]:
+        figures = [result["cells"][c]["audit"].get(key) for c in cells]
+        table.add_row(key, *(f"{f['mean']:.3f} ({f['stderr']:.3f})" if f else "-" for f in figures))
     return table
