@@ -20,7 +20,7 @@ too. Per tick that gives:
   episode end) between the predicted latents and the encoder's latents of the true rollouts, for the Gaussian
   samples and for the samples around the base policy's chunks (how well the dynamics know where the search goes).
 Where several of the base policy's chunks compete (`policy_command_scales`, leads), each of them, named by its
-command scale and lead (`x0.5`, `x1.0+2`), also gets, per tick:
+command scale and lead (`x0.5`, `x1+2`), also gets, per tick:
 - `bias_<chunk>`: its predicted reward sum minus its true one (is the model's optimism the same for every gait?);
 - `gain_<chunk>`: its true reward sum minus the base chunk's (which gait truly earns more here);
 - `predicted_gain_<chunk>`, `score_gain_<chunk>`: the same difference as the model predicts it, and in the
@@ -171,9 +171,8 @@ class Auditor:
             if first > n_gauss
             else float("nan"),
         }
-        if (
-            has_policy and cfg.policy_chunks > 1
-        ):  # the policy's own chunks (each gait, each lead) side by side
+        # the policy's own chunks (each gait, each lead) side by side, where several compete
+        if has_policy and cfg.policy_chunks > 1:
             for i, label in enumerate(proposal_labels(cfg)):
                 j = n_gauss + i
                 record[f"bias_{label}"] = float(predicted[j] - true_c[j])
