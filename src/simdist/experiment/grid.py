@@ -305,7 +305,6 @@ def run(args: argparse.Namespace) -> int:
 def _audit_table(result: dict[str, Any], versions: list[int], settings: list[tuple[str, Any]]) -> Any:
     from rich.table import Table
 
-    from simdist.experiment.audit import TICK_KEYS
     from simdist.model.checkpoint import version_label
 
     table = Table(title="candidates rolled out in the simulator (mean, SE over audited ticks)")
@@ -315,7 +314,8 @@ def _audit_table(result: dict[str, Any], versions: list[int], settings: list[tup
     for cell in cells:
         table.add_column(cell, justify="right")
     table.add_row("ticks", *(str(result["cells"][c]["audit"]["ticks"]) for c in cells))
-    keys = dict.fromkeys([*TICK_KEYS, *(k for c in cells for k in result["cells"][c]["audit"])])
+    # every figure any cell has (`audit.figure_keys`: the per-chunk ones differ between settings), in their order
+    keys = dict.fromkeys(k for c in cells for k in result["cells"][c]["audit"])
     for key in [k for k in keys if k not in ("ticks", "every")]:
         figures = [result["cells"][c]["audit"].get(key) for c in cells]
         table.add_row(key, *(f"{f['mean']:.3f} ({f['stderr']:.3f})" if f else "-" for f in figures))
